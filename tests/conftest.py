@@ -1,0 +1,13 @@
+"""Test-wide settings: 8 emulated CPU devices (sharding tests), float32 matmuls at full precision."""
+
+import os
+
+# Must be set before JAX initialises its backends.
+os.environ.setdefault("XLA_FLAGS", "")
+if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
+    os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import jax  # noqa: E402
+
+jax.config.update("jax_default_matmul_precision", "highest")
