@@ -1,0 +1,160 @@
+"""The decoder-only transformer (Qwen2/2.5, Qwen3, Llama 3) in Flax NNX, with an explicit KV cache.
+
+Letters: B batch, T new tokens, S cache length, D model width, V vocab, L layers, K kv heads,
+E head dim.
+
+Two ways to run it:
+* full sequences (learner, HF parity): `model(tokens_BT, positions_BT, attn_mask_BT)` -> logits,
+  or `model.hidden(...)` -> final-normed hidden states that the fused log-prob kernel consumes
+  together with `model.unembed_DV()`, so training never materialises [tokens, vocab] logits;
+* with a `KVCache` (sampler): `model.hidden(tokens_BT, cache=cache, lengths_B=n)` writes the new
+  keys/values of each row at that row's `cache.end_B` and advances it by `lengths_B`.
+  Rows are right-padded: entries past a row's end are never visible to its queries and are
+  overwritten by later writes.
+"""
+
+from __future__ import annotations
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from tseeds_jax.model.config import ModelConfig
+from tseeds_jax.model.layers import MLP, Attention, RMSNorm, rope_inv_freq
+
+
+@flax.struct.dataclass
+class KVCache:
+    """Per-layer keys/values [B, S, K, E] and each row's filled length `end_B` (int32)."""
+
+    k: tuple[jax.Array, ...]
+    v: tuple[jax.Array, ...]
+    end_B: jax.Array
+
+    @classmethod
+    def init(cls, cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCache:
+        dtype = jnp.dtype(dtype or cfg.dtype)
+        shape = (batch, max_len, cfg.num_key_value_heads, cfg.head_size)
+        zeros = tuple(jnp.zeros(shape, dtype) for _ in range(cfg.num_hidden_layers))
+        return cls(k=zeros, v=tuple(jnp.zeros(shape, dtype) for _ in zeros),
+                   end_B=jnp.zeros((batch,), jnp.int32))
+
+    @property
+    def max_len(self) -> int:
+        return self.k[0].shape[1]
+
+
+class DecoderLayer(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        pd = jnp.dtype(cfg.param_dtype)
+        self.attn_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=pd, rngs=rngs)
+        self.attn = Attention(cfg, rngs=rngs)
+        self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=pd, rngs=rngs)
+        self.mlp = MLP(cfg, rngs=rngs)
+
+    def __call__(self, x_BTD, positions_BT, mask_BTS, inv_freq, cache_kv=None, write_B=None):
+        attn, new_kv = self.attn(self.attn_norm(x_BTD), positions_BT, mask_BTS, inv_freq,
+                                 cache_kv, write_B)
+        x_BTD = x_BTD + attn
+        x_BTD = x_BTD + self.mlp(self.mlp_norm(x_BTD))
+        return x_BTD, new_kv
+
+
+def _run_layer(layer, *args):
+    return layer(*args)
+
+
+_run_layer_remat = nnx.remat(_run_layer)
+
+
+class Transformer(nnx.Module):
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        pd = jnp.dtype(cfg.param_dtype)
+        init = jax.nn.initializers.normal(stddev=0.02)
+        self.embed = nnx.Param(init(rngs.params(), (cfg.vocab_size, cfg.hidden_size), pd),
+                               axes=("vocab", "embed"))
+        self.layers = nnx.List([DecoderLayer(cfg, rngs=rngs) for _ in range(cfg.num_hidden_layers)])
+        self.final_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=pd, rngs=rngs)
+        if not cfg.tie_word_embeddings:
+            self.lm_head = nnx.Param(init(rngs.params(), (cfg.hidden_size, cfg.vocab_size), pd),
+                                     axes=("embed", "vocab"))
+
+    def unembed_DV(self) -> jax.Array:
+        """The output projection [D, V] (the transposed embedding when tied)."""
+        if self.cfg.tie_word_embeddings:
+            return self.embed.value.T
+        return self.lm_head.value
+
+    def hidden(self, tokens_BT, positions_BT=None, attn_mask_BT=None, *, cache: KVCache | None = None,
+               lengths_B=None):
+        """Final-normed hidden states [B, T, D] (compute dtype) and the updated cache (or None).
+
+        positions_BT: RoPE positions; default 0..T-1 per row, or (without a cache) the running count
+          of valid tokens when `attn_mask_BT` marks left padding, or (with a cache) `end_B + t`.
+        attn_mask_BT: 1 for real tokens, 0 for padding (no-cache mode only).
+        lengths_B: with a cache, how many of the T tokens of each row are real (default T).
+        """
+        cfg = self.cfg
+        tokens_BT = jnp.asarray(tokens_BT)
+        if tokens_BT.ndim != 2 or not jnp.issubdtype(tokens_BT.dtype, jnp.integer):
+            raise ValueError(f"tokens_BT must be an integer array [B, T], got {tokens_BT.dtype}"
+                             f"{tuple(tokens_BT.shape)}")
+        b, t = tokens_BT.shape
+        dt = jnp.dtype(cfg.dtype)
+        if cache is None:
+            idx = jnp.arange(t)
+            causal_TT = idx[:, None] >= idx[None, :]
+            if attn_mask_BT is None:
+                mask_BTS = jnp.broadcast_to(causal_TT, (b, t, t))
+                default_pos = jnp.broadcast_to(idx, (b, t))
+            else:
+                valid_BT = jnp.asarray(attn_mask_BT).astype(bool)
+                mask_BTS = causal_TT[None] & valid_BT[:, None, :]
+                default_pos = jnp.maximum(jnp.cumsum(valid_BT, axis=-1) - 1, 0)
+            write_B = None
+        else:
+            if attn_mask_BT is not None:
+                raise ValueError("attn_mask_BT is not used with a KV cache: rows are right-padded "
+                                 "and `lengths_B` gives each row's real length")
+            write_B = cache.end_B
+            q_abs_BT = write_B[:, None] + jnp.arange(t)[None, :]
+            mask_BTS = jnp.arange(cache.max_len)[None, None, :] <= q_abs_BT[:, :, None]
+            default_pos = q_abs_BT
+        positions_BT = default_pos if positions_BT is None else jnp.asarray(positions_BT)
+        inv_freq = rope_inv_freq(cfg)
+        x_BTD = self.embed.value[tokens_BT].astype(dt)
+        run = _run_layer_remat if cfg.remat else _run_layer
+        new_k, new_v = [], []
+        for i, layer in enumerate(self.layers):
+            kv = None if cache is None else (cache.k[i], cache.v[i])
+            x_BTD, new_kv = run(layer, x_BTD, positions_BT, mask_BTS, inv_freq, kv, write_B)
+            if new_kv is not None:
+                new_k.append(new_kv[0])
+                new_v.append(new_kv[1])
+        h_BTD = self.final_norm(x_BTD)
+        if cache is None:
+            return h_BTD, None
+        lengths_B = jnp.full((b,), t, jnp.int32) if lengths_B is None else jnp.asarray(lengths_B)
+        return h_BTD, KVCache(k=tuple(new_k), v=tuple(new_v), end_B=cache.end_B + lengths_B)
+
+    def logits(self, hidden_BTD) -> jax.Array:
+        """float32 logits [B, T, V]; only for sampling and tests (training uses the fused kernel)."""
+        return jnp.einsum("btd,dv->btv", hidden_BTD.astype(jnp.float32),
+                          self.unembed_DV().astype(jnp.float32))
+
+    def __call__(self, tokens_BT, positions_BT=None, attn_mask_BT=None) -> jax.Array:
+        """logits [B, T, V] (float32) of full sequences, no cache."""
+        h_BTD, _ = self.hidden(tokens_BT, positions_BT, attn_mask_BT)
+        return self.logits(h_BTD)
+
+    def decode(self, tokens_BT, cache: KVCache, positions_BT=None, lengths_B=None):
+        """(logits [B, T, V] float32, updated cache) for tokens appended to the cache."""
+        h_BTD, cache = self.hidden(tokens_BT, positions_BT, cache=cache, lengths_B=lengths_B)
+        return self.logits(h_BTD), cache
+
+
+def init_model(cfg: ModelConfig, seed: int = 0) -> Transformer:
+    """A randomly initialised model on the default device (see `sharding` for sharded init)."""
+    return Transformer(cfg, rngs=nnx.Rngs(params=seed))
