@@ -1,1 +1,21 @@
-"""Fused log-prob / entropy kernels (imported as tseeds_jax.kernels)."""
+"""Fused log-prob / entropy kernels (imported as tseeds_jax.kernels).
+
+`logprob_entropy` is the public entry point; the individual implementations (naive reference,
+chunked XLA, Pallas) are exported for tests and benchmarks.
+"""
+
+from .api import IMPLS, default_impl, logprob_entropy
+from .chunked import logprob_entropy_chunked
+from .naive import logprob_entropy_naive
+from .pallas_kernel import BLOCK_TABLE, BlockConfig, logprob_entropy_pallas
+
+__all__ = [
+    "BLOCK_TABLE",
+    "IMPLS",
+    "BlockConfig",
+    "default_impl",
+    "logprob_entropy",
+    "logprob_entropy_chunked",
+    "logprob_entropy_naive",
+    "logprob_entropy_pallas",
+]

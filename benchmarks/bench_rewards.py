@@ -1,0 +1,119 @@
+"""Reward throughput: sandboxed code rewards and math rewards per second, 1 vs N worker processes.
+
+Run: python benchmarks/bench_rewards.py [--n 256] [--workers 2] [--no-write]
+Rewrites the `rewards` section of docs/benchmarks.md (command, date, machine, numbers).
+Code: N short programs (1/4 correct stdin/stdout, 1/4 wrong output, 1/4 runtime error, 1/4 correct
+with asserts), two stdin/stdout tests each (all-or-nothing, so failing programs stop after one run).
+Math: the answer table of tests/test_rewards_math.py style, cycled to N responses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import re
+import sys
+import time
+from pathlib import Path
+
+from tseeds_jax import rewards
+
+ROOT = Path(__file__).resolve().parents[1]
+ADD_IO = {"stdin_stdout": [["1 2\n", "3\n"], ["10 -4\n", "6\n"]]}
+ADD_ASSERT = {"asserts": "assert add(1, 2) == 3\nassert add(10, -4) == 6"}
+PROGRAMS = [
+    ("```python\na, b = map(int, input().split())\nprint(a + b)\n```", ADD_IO),
+    ("a, b = map(int, input().split())\nprint(a - b)\n", ADD_IO),
+    ("a, b = map(int, input().split())\nprint(a + c)\n", ADD_IO),
+    ("def add(a, b):\n    return a + b\n", ADD_ASSERT),
+]
+MATH = [
+    ("\\boxed{\\frac{1}{2}}", "0.5"),
+    ("\\boxed{\\sqrt{8}}", "2\\sqrt{2}"),
+    ("\\boxed{(1, 2]}", "(1,2]"),
+    ("The final answer is 12 cm.", "12"),
+    ("\\boxed{50\\%}", "0.5"),
+    ("\\boxed{3}", "-3"),
+    ("\\boxed{\\{3,2,1\\}}", "\\{1,2,3\\}"),
+    ("\\boxed{x^2+2x+1}", "(x+1)^2"),
+]
+
+
+def _rate(name, responses, references, workers):
+    rewards.score_batch(
+        name, responses[: workers * 2], references[: workers * 2], max_workers=workers
+    )  # warm
+    t0 = time.perf_counter()
+    res = rewards.score_batch(name, responses, references, max_workers=workers)
+    dt = time.perf_counter() - t0
+    return len(responses) / dt, res
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--n", type=int, default=256)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--no-write", action="store_true")
+    args = ap.parse_args(argv)
+    code = [PROGRAMS[i % len(PROGRAMS)] for i in range(args.n)]
+    math_items = [MATH[i % len(MATH)] for i in range(args.n)]
+    rows = []
+    for name, items in (("code", code), ("math", math_items)):
+        resp, refs = [r for r, _ in items], [g for _, g in items]
+        for w in sorted({1, args.workers}):
+            rate, res = _rate(name, resp, refs, w)
+            m = rewards.summarize(res)
+            rows.append(
+                (
+                    name,
+                    w,
+                    rate,
+                    m["reward/mean"],
+                    {k.split("/")[-1]: int(v) for k, v in m.items() if "/reason/" in k},
+                )
+            )
+            print(f"{name:5s} workers={w}: {rate:7.1f} rewards/s  mean={m['reward/mean']:.3f}  {rows[-1][4]}")
+    iso = rewards.score_result("code", *PROGRAMS[0]).details.get("isolation")
+    by = {(n, w): r for n, w, r, _, _ in rows}
+    lines = [
+        "## Rewards",
+        "",
+        f"Command: `python benchmarks/bench_rewards.py --n {args.n} --workers {args.workers}` — "
+        f"{datetime.date.today().isoformat()}, {os.cpu_count()} CPU cores visible, "
+        f"Python {platform.python_version()}, sandbox isolation {iso}.",
+        "",
+        "| reward | responses | workers | rewards/s | mean score | reasons |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, w, rate, mean, reasons in rows:
+        lines.append(f"| {name} | {args.n} | {w} | {rate:.1f} | {mean:.3f} | {reasons} |")
+    if args.workers != 1:
+        w = args.workers
+        lines += [
+            "",
+            f"Speed-up {w} vs 1 worker: code {by[('code', w)] / by[('code', 1)]:.2f}x, "
+            f"math {by[('math', w)] / by[('math', 1)]:.2f}x (shared machine; other jobs may compete).",
+        ]
+    lines += [
+        "",
+        "Code: 1/4 correct (stdin/stdout), 1/4 wrong output, 1/4 runtime error, 1/4 correct (asserts); two "
+        "tests each; one sandboxed process per test. Worker start-up excluded (warm-up batch).",
+    ]
+    if not args.no_write:
+        _write_section("\n".join(lines))
+    return 0
+
+
+def _write_section(body: str) -> None:
+    path = ROOT / "docs" / "benchmarks.md"
+    text = path.read_text() if path.exists() else "# Benchmarks\n"
+    block = f"<!-- BEGIN rewards -->\n{body}\n<!-- END rewards -->"
+    pat = re.compile(r"<!-- BEGIN rewards -->.*?<!-- END rewards -->", re.DOTALL)
+    text = pat.sub(lambda _: block, text) if pat.search(text) else text.rstrip("\n") + "\n\n" + block + "\n"
+    path.write_text(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

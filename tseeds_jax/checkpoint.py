@@ -1,0 +1,213 @@
+"""Orbax checkpoints of parameters and train state: numbered steps plus named "historical" ones.
+
+Layout of a checkpoint directory (local path or anything etils.epath accepts, e.g. gs://):
+
+    DIR/<step>/state/...        the pytree (Orbax StandardSave: jax/numpy arrays, scalars)
+    DIR/<step>/meta/...         a JSON-able dict (config, data position, metrics...)
+    DIR/historical/<name>/...   same two items; named, never garbage-collected
+
+Every write goes to a temporary directory that Orbax renames when complete, so a crash never
+leaves a half-written checkpoint visible. Numbered steps are kept to the last `keep_last`;
+historical checkpoints (e.g. the behavior-policy snapshot of each Thinking Seeds refresh cycle)
+stay until `delete_historical` removes them.
+
+Restoring onto a layout: pass `target`, a pytree with the saved structure whose leaves are
+arrays or `jax.ShapeDtypeStruct`s carrying the wanted `sharding` (see `abstract_target`); the
+arrays come back sharded that way, whatever the mesh was at save time.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from typing import Any
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from etils import epath
+
+STATE, META = "state", "meta"
+HISTORICAL_DIR = "historical"
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+
+def _path(path) -> epath.Path:
+    """epath.Path; local paths made absolute (Orbax's tensorstore layer requires it)."""
+    text = str(path)
+    if "://" in text:
+        return epath.Path(text)
+    return epath.Path(os.path.abspath(os.path.expanduser(text)))
+
+
+def abstract_target(tree, shardings=None):
+    """`jax.ShapeDtypeStruct`s for the array leaves of `tree` (arrays or ShapeDtypeStructs).
+
+    shardings: None (keep each jax.Array's own sharding), one `jax.sharding.Sharding` for all
+    leaves, or a pytree of shardings with the structure of `tree`. numpy leaves stay numpy
+    (restored to host), scalars are kept as they are.
+    """
+    def one(x, s):
+        if isinstance(x, np.ndarray | np.generic | int | float):
+            return x
+        if not hasattr(x, "shape"):
+            return x
+        s = s if s is not None else getattr(x, "sharding", None)
+        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s)
+
+    if shardings is None or isinstance(shardings, jax.sharding.Sharding):
+        return jax.tree.map(lambda x: one(x, shardings), tree)
+    return jax.tree.map(one, tree, shardings)
+
+
+def _restore_args(target):
+    state = ocp.args.StandardRestore(target) if target is not None else ocp.args.StandardRestore()
+    return ocp.args.Composite(**{STATE: state, META: ocp.args.JsonRestore()})
+
+
+def _save_args(state, meta):
+    if meta is not None and not isinstance(meta, dict):
+        raise TypeError(f"meta must be a JSON-able dict, got {type(meta).__name__}")
+    return ocp.args.Composite(**{STATE: ocp.args.StandardSave(state),
+                                 META: ocp.args.JsonSave(dict(meta or {}))})
+
+
+def save_pytree(path, state, meta: dict | None = None, *, overwrite: bool = False) -> epath.Path:
+    """Writes one standalone checkpoint (state pytree + JSON meta) at `path`, atomically."""
+    path = _path(path)
+    if path.exists() and not overwrite:
+        raise FileExistsError(f"{path}: checkpoint already exists (pass overwrite=True)")
+    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
+        ckptr.save(path, args=_save_args(state, meta), force=overwrite)
+    return path
+
+
+def restore_pytree(path, target=None) -> tuple[Any, dict]:
+    """(state, meta) of a checkpoint written by `save_pytree`; see the module doc for `target`."""
+    path = _path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no checkpoint there")
+    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
+        out = ckptr.restore(path, args=_restore_args(target))
+    return out[STATE], dict(out[META] or {})
+
+
+def read_meta(path) -> dict:
+    """The JSON meta of a standalone checkpoint, without reading its arrays."""
+    path = _path(path)
+    if not path.exists():
+        raise FileNotFoundError(f"{path}: no checkpoint there")
+    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
+        out = ckptr.restore(path, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))
+    return dict(out[META] or {})
+
+
+class Checkpoints:
+    """Numbered train-state checkpoints (keep the last N) plus named historical snapshots.
+
+        ckpts = Checkpoints("runs/x/ckpt", keep_last=3)
+        ckpts.save(step, state, meta={"data_pos": 17})
+        state, meta = ckpts.restore(target=abstract_target(state))   # latest step
+        ckpts.save_historical("behavior-0008", params)               # never garbage-collected
+
+    `state` is any pytree of jax/numpy arrays and Python scalars (params, optax state, RNG keys
+    as data). `meta` is a JSON-able dict. Saves are synchronous unless `async_save=True`
+    (then call `wait()` before reading what was written or exiting).
+    """
+
+    def __init__(self, directory, *, keep_last: int | None = 3, async_save: bool = False):
+        if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 1):
+            raise ValueError(f"keep_last={keep_last!r}: must be a positive int or None (keep all)")
+        self.directory = _path(directory)
+        options = ocp.CheckpointManagerOptions(max_to_keep=keep_last, create=True,
+                                               enable_async_checkpointing=async_save)
+        self._manager = ocp.CheckpointManager(self.directory, options=options,
+                                              item_names=(STATE, META))
+
+    # ---- numbered steps ----
+    def save(self, step: int, state, meta: dict | None = None, *, force: bool = True) -> bool:
+        """Saves `state` and `meta` as step `step`; returns whether a checkpoint was written.
+
+        A step that already exists is an error (Orbax refuses to overwrite).
+        """
+        if not isinstance(step, int | np.integer) or step < 0:
+            raise ValueError(f"step={step!r}: must be a non-negative int")
+        return self._manager.save(int(step), args=_save_args(state, meta), force=force)
+
+    def restore(self, step: int | None = None, target=None) -> tuple[Any, dict]:
+        """(state, meta) of `step` (default: the latest); raises if there is none."""
+        if step is None:
+            step = self.latest_step()
+            if step is None:
+                raise FileNotFoundError(f"{self.directory}: no checkpoints to restore")
+        elif int(step) not in self.steps():
+            raise FileNotFoundError(f"{self.directory}: no checkpoint for step {step}; "
+                                    f"available: {self.steps()}")
+        out = self._manager.restore(int(step), args=_restore_args(target))
+        return out[STATE], dict(out[META] or {})
+
+    def read_meta(self, step: int | None = None) -> dict:
+        step = self.latest_step() if step is None else step
+        if step is None:
+            raise FileNotFoundError(f"{self.directory}: no checkpoints")
+        out = self._manager.restore(int(step),
+                                    args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))
+        return dict(out[META] or {})
+
+    def steps(self) -> list[int]:
+        """All numbered steps on disk, ascending."""
+        self._manager.reload()
+        return sorted(self._manager.all_steps())
+
+    def latest_step(self) -> int | None:
+        steps = self.steps()
+        return steps[-1] if steps else None
+
+    # ---- historical (named) ----
+    def _historical_path(self, name: str) -> epath.Path:
+        if not isinstance(name, str) or not _NAME_RE.match(name):
+            raise ValueError(f"historical checkpoint name {name!r}: use letters, digits, '.', "
+                             "'_' and '-' (not starting with a symbol)")
+        return self.directory / HISTORICAL_DIR / name
+
+    def save_historical(self, name: str, state, meta: dict | None = None, *,
+                        overwrite: bool = False) -> epath.Path:
+        """Saves a named snapshot that `keep_last` never deletes; returns its path."""
+        self.wait()
+        path = self._historical_path(name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        return save_pytree(path, state, meta, overwrite=overwrite)
+
+    def restore_historical(self, name: str, target=None) -> tuple[Any, dict]:
+        path = self._historical_path(name)
+        if not path.exists():
+            raise FileNotFoundError(f"{path}: no historical checkpoint {name!r}; available: "
+                                    f"{self.historical_names()}")
+        return restore_pytree(path, target)
+
+    def historical_names(self) -> list[str]:
+        root = self.directory / HISTORICAL_DIR
+        if not root.exists():
+            return []
+        # Orbax's in-progress temporaries carry a suffix containing ".orbax-checkpoint-tmp".
+        return sorted(p.name for p in root.iterdir() if p.is_dir() and "tmp" not in p.name)
+
+    def delete_historical(self, name: str) -> None:
+        path = self._historical_path(name)
+        if path.exists():
+            path.rmtree()
+
+    # ---- lifecycle ----
+    def wait(self) -> None:
+        """Blocks until pending asynchronous saves are on disk."""
+        self._manager.wait_until_finished()
+
+    def close(self) -> None:
+        self._manager.wait_until_finished()
+        self._manager.close()
+
+    def __enter__(self) -> Checkpoints:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -1,0 +1,298 @@
+"""Training configuration: the ml_collections defaults and their validated, frozen form.
+
+`configs/*.py` start from `default_config()` and override fields; `TrainConfig.from_config(cd)`
+checks every value before any work starts and turns the ConfigDict into frozen dataclasses that
+the rest of the trainer reads (nothing below this module sees a ConfigDict).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import ml_collections
+
+LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+TRUNCATIONS = ("ratio", "entropy")
+VARIANTS = ("state+action", "state")
+OLD_LOGP_MODES = ("auto", "shortcut", "recompute")
+
+
+class ConfigValueError(ValueError):
+    """An invalid config value; the message names the dotted field and the value."""
+
+
+def default_config() -> ml_collections.ConfigDict:
+    c = ml_collections.ConfigDict()
+    c.seed = 0  # run seed: data order, sampling and truncation all derive from it
+    c.run_dir = "runs/default"  # checkpoints, metrics.jsonl, TensorBoard events
+    c.steps = 20  # training steps (one step = one batch of B prompts x G responses)
+
+    c.model = ml_collections.ConfigDict()
+    c.model.init = "random"  # "random" | "orbax:DIR" (a tseeds checkpoint) | "hf:DIR" (HF folder)
+    c.model.arch = ml_collections.ConfigDict(dict(  # used when init == "random"; HF field names
+        model_type="qwen2", vocab_size=0, hidden_size=64, intermediate_size=128,
+        num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+        tie_word_embeddings=True, max_position_embeddings=512, rope_theta=10000.0))
+    c.model.param_dtype = "float32"
+    c.model.dtype = "float32"  # compute dtype
+    c.model.remat = False
+    c.model.sampler_dtype = "float32"  # the sampler may cast the params pytree (e.g. bfloat16)
+
+    c.tokenizer = "char"  # "char" (built-in character vocabulary) | "spm:MODEL" | "hf:DIR"
+
+    c.data = ml_collections.ConfigDict()
+    c.data.source = "reasoning_gym:chain_sum"  # "reasoning_gym:NAME" | "DATASET_NAME:PATH"
+    c.data.params = ml_collections.ConfigDict({"min_terms": 3, "max_terms": 4, "min_digits": 1,
+                                               "max_digits": 1}, type_safe=False)
+    c.data.template = "plain"  # prompt template name
+    c.data.max_prompt_len = 32  # tokens; longer prompts are skipped with a warning
+    c.data.size = 100000  # number of procedural examples to draw from
+
+    c.reward = "reasoning_gym"  # a registered reward name (tseeds_jax.rewards)
+
+    c.rollout = ml_collections.ConfigDict()
+    c.rollout.batch_prompts = 4  # B: prompts per training batch
+    c.rollout.group_size = 4  # G: responses per prompt
+    c.rollout.max_response_len = 32  # R: tokens per response (seed + continuation)
+    c.rollout.temperature = 1.0
+    c.rollout.top_p = 1.0
+    c.rollout.top_k = 0
+
+    c.seeds = ml_collections.ConfigDict()
+    c.seeds.refresh_interval = 1  # T: behavior snapshot every T steps; T=1 is on-policy DAPO
+    c.seeds.truncation = "ratio"  # "ratio" | "entropy"
+    c.seeds.ratio = 0.5  # ratio truncation: keep round(|o| * ratio) tokens (at most |o|-1)
+    c.seeds.top_k = 32  # entropy truncation: pick uniformly among the k highest-entropy positions
+    c.seeds.variant = "state+action"  # "state+action": seed tokens in the loss; "state": context only
+    c.seeds.snapshots = True  # write each behavior snapshot pi_b as an Orbax historical checkpoint
+
+    c.loss = ml_collections.ConfigDict()
+    c.loss.name = "dapo"  # a registered loss (tseeds_jax.rl.losses.get)
+    c.loss.clip_low = 0.2
+    c.loss.clip_high = 0.28
+    c.loss.clip_c = 10.0  # dual clip for negative advantages (DAPO recipe value)
+    c.loss.agg_mode = "token-mean"
+    c.loss.entropy_coef = 0.0
+    c.loss.kl_coef = 0.0  # KL to the initial (reference) policy; 0 disables the reference model
+    c.loss.kl_type = "k3"
+
+    c.advantage = ml_collections.ConfigDict()
+    c.advantage.norm_by_std = True  # GRPO (True) or Dr.GRPO (False)
+    c.advantage.filter_groups = False  # DAPO dynamic sampling: drop all-equal groups, draw more
+    c.advantage.max_gen_batches = 3  # cap on generation rounds per step when filtering
+    c.advantage.overlong_buffer = 0  # DAPO soft overlong penalty buffer (tokens); 0 disables
+    c.advantage.overlong_penalty = 1.0
+
+    c.optim = ml_collections.ConfigDict()
+    c.optim.lr = 1e-5
+    c.optim.warmup_steps = 0
+    c.optim.weight_decay = 0.0
+    c.optim.b1 = 0.9
+    c.optim.b2 = 0.999
+    c.optim.eps = 1e-8
+    c.optim.grad_clip = 1.0
+    c.optim.mini_batches = 1  # optimizer updates per batch per epoch (paper default 1)
+    c.optim.epochs = 1
+    c.optim.micro_batch_size = 0  # sequences per micro-batch (0: the whole mini-batch)
+    c.optim.old_logp = "auto"  # "auto" | "shortcut" (continuation tokens) | "recompute"
+    c.optim.train_layers = "all"  # "all" | "head" (final norm + output head only)
+
+    c.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
+
+    c.checkpoint_every = 0  # 0: only at exit
+    c.keep_checkpoints = 2
+    c.log_every = 1
+    c.progress = True
+    return c
+
+
+def tiny_config() -> ml_collections.ConfigDict:
+    """The tiny default task: compact chain sums, a character tokenizer and a ~0.1M-param model.
+
+    Shared by configs/tiny_*.py (CI smoke runs) and the demo; every field can be overridden.
+    """
+    c = default_config()
+    c.data.source = "compact:chain_sum"
+    c.data.params = ml_collections.ConfigDict({"min_terms": 3, "max_terms": 4, "min_digits": 1,
+                                               "max_digits": 1}, type_safe=False)
+    c.data.max_prompt_len = 16
+    c.reward = "compact_arith"
+    c.tokenizer = "train:char"
+    c.rollout.batch_prompts = 4
+    c.rollout.group_size = 4
+    c.rollout.max_response_len = 32
+    c.optim.lr = 1e-4
+    c.steps = 8
+    return c
+
+
+@dataclasses.dataclass(frozen=True)
+class RolloutConfig:
+    batch_prompts: int
+    group_size: int
+    max_response_len: int
+    temperature: float
+    top_p: float
+    top_k: int
+
+
+@dataclasses.dataclass(frozen=True)
+class SeedsConfig:
+    refresh_interval: int
+    truncation: str
+    ratio: float
+    top_k: int
+    variant: str
+    snapshots: bool = True
+
+
+@dataclasses.dataclass(frozen=True)
+class LossConfig:
+    name: str
+    clip_low: float
+    clip_high: float
+    clip_c: float
+    agg_mode: str
+    entropy_coef: float
+    kl_coef: float
+    kl_type: str
+
+
+@dataclasses.dataclass(frozen=True)
+class AdvantageConfig:
+    norm_by_std: bool
+    filter_groups: bool
+    max_gen_batches: int
+    overlong_buffer: int
+    overlong_penalty: float
+
+
+@dataclasses.dataclass(frozen=True)
+class OptimConfig:
+    lr: float
+    warmup_steps: int
+    weight_decay: float
+    b1: float
+    b2: float
+    eps: float
+    grad_clip: float
+    mini_batches: int
+    epochs: int
+    micro_batch_size: int
+    old_logp: str
+    train_layers: str
+
+    @property
+    def updates_per_batch(self) -> int:
+        return self.mini_batches * self.epochs
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainConfig:
+    seed: int
+    run_dir: str
+    steps: int
+    model: dict[str, Any]
+    tokenizer: str
+    data: dict[str, Any]
+    reward: str
+    rollout: RolloutConfig
+    seeds: SeedsConfig
+    loss: LossConfig
+    advantage: AdvantageConfig
+    optim: OptimConfig
+    mesh: dict[str, int]
+    checkpoint_every: int
+    keep_checkpoints: int
+    log_every: int
+    progress: bool
+
+    @property
+    def seeded(self) -> bool:
+        return self.seeds.refresh_interval > 1
+
+    @classmethod
+    def from_config(cls, cd: ml_collections.ConfigDict | dict) -> TrainConfig:
+        d = cd.to_dict() if isinstance(cd, ml_collections.ConfigDict) else dict(cd)
+        cfg = cls(
+            seed=d["seed"], run_dir=d["run_dir"], steps=d["steps"], model=d["model"],
+            tokenizer=d["tokenizer"], data=d["data"], reward=d["reward"],
+            rollout=RolloutConfig(**d["rollout"]), seeds=SeedsConfig(**d["seeds"]),
+            loss=LossConfig(**d["loss"]), advantage=AdvantageConfig(**d["advantage"]),
+            optim=OptimConfig(**d["optim"]), mesh=dict(d["mesh"]),
+            checkpoint_every=d["checkpoint_every"], keep_checkpoints=d["keep_checkpoints"],
+            log_every=d["log_every"], progress=d["progress"])
+        cfg.validate()
+        return cfg
+
+    def validate(self) -> None:
+        def bad(field, value, why):
+            raise ConfigValueError(f"config.{field}={value!r}: {why}")
+
+        def positive_int(field, value):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                bad(field, value, "must be an integer >= 1")
+
+        positive_int("steps", self.steps)
+        r, s, lo, a, o = self.rollout, self.seeds, self.loss, self.advantage, self.optim
+        positive_int("rollout.batch_prompts", r.batch_prompts)
+        positive_int("rollout.group_size", r.group_size)
+        positive_int("rollout.max_response_len", r.max_response_len)
+        if r.temperature <= 0:
+            bad("rollout.temperature", r.temperature, "training rollouts need temperature > 0")
+        if not 0 < r.top_p <= 1:
+            bad("rollout.top_p", r.top_p, "must be in (0, 1]")
+        if r.top_k < 0:
+            bad("rollout.top_k", r.top_k, "must be >= 0 (0 disables top-k)")
+        positive_int("seeds.refresh_interval", s.refresh_interval)
+        if s.truncation not in TRUNCATIONS:
+            bad("seeds.truncation", s.truncation, f"unknown truncation; known: {TRUNCATIONS}")
+        if not 0 <= s.ratio < 1:
+            bad("seeds.ratio", s.ratio, "must be in [0, 1)")
+        positive_int("seeds.top_k", s.top_k)
+        if s.variant not in VARIANTS:
+            bad("seeds.variant", s.variant, f"unknown variant; known: {VARIANTS}")
+        from tseeds_jax.rl import losses  # local: keeps config importable without JAX work
+
+        if lo.name not in losses.names():
+            bad("loss.name", lo.name, f"unknown loss; registered: {sorted(losses.names())}")
+        if lo.agg_mode not in LOSS_AGG_MODES:
+            bad("loss.agg_mode", lo.agg_mode, f"unknown mode; known: {LOSS_AGG_MODES}")
+        if not 0 <= lo.clip_low < 1:
+            bad("loss.clip_low", lo.clip_low, "must be in [0, 1)")
+        if lo.clip_high < 0:
+            bad("loss.clip_high", lo.clip_high, "must be >= 0")
+        if lo.clip_c <= 1:
+            bad("loss.clip_c", lo.clip_c, "dual-clip constant must be > 1")
+        if lo.kl_type not in ("k1", "k2", "k3", "abs", "kl", "mse", "low_var_kl"):
+            bad("loss.kl_type", lo.kl_type, "unknown KL estimator")
+        positive_int("advantage.max_gen_batches", a.max_gen_batches)
+        if a.overlong_buffer < 0 or a.overlong_buffer >= r.max_response_len:
+            bad("advantage.overlong_buffer", a.overlong_buffer,
+                f"must be in [0, rollout.max_response_len={r.max_response_len})")
+        if o.lr <= 0:
+            bad("optim.lr", o.lr, "must be > 0")
+        positive_int("optim.mini_batches", o.mini_batches)
+        positive_int("optim.epochs", o.epochs)
+        if o.old_logp not in OLD_LOGP_MODES:
+            bad("optim.old_logp", o.old_logp, f"known: {OLD_LOGP_MODES}")
+        if o.old_logp == "shortcut" and o.updates_per_batch > 1:
+            bad("optim.old_logp", o.old_logp,
+                "the on-policy shortcut is only exact with one update per batch")
+        if o.train_layers not in ("all", "head"):
+            bad("optim.train_layers", o.train_layers, "known: ('all', 'head')")
+        n = r.batch_prompts * r.group_size
+        if n % o.mini_batches:
+            bad("optim.mini_batches", o.mini_batches,
+                f"must divide the batch of {n} sequences (batch_prompts x group_size)")
+        mini = n // o.mini_batches
+        if o.micro_batch_size < 0 or (o.micro_batch_size and mini % o.micro_batch_size):
+            bad("optim.micro_batch_size", o.micro_batch_size,
+                f"must divide the mini-batch of {mini} sequences (or be 0)")
+        if self.data.get("max_prompt_len", 1) < 1:
+            bad("data.max_prompt_len", self.data.get("max_prompt_len"), "must be >= 1")
+        for axis in ("data", "fsdp", "tensor"):
+            v = self.mesh.get(axis)
+            if not isinstance(v, int) or (v < 1 and v != -1):
+                bad(f"mesh.{axis}", v, "must be a positive integer or -1 (fill)")

@@ -1,0 +1,168 @@
+"""Builds a `TrainEnv` from a `TrainConfig`: tokenizer, prompt stream, model, sampler, rewards."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import numpy as np
+from flax import nnx
+
+from tseeds_jax.model import ModelConfig, init_model
+from tseeds_jax.rl.config import ConfigValueError, TrainConfig
+from tseeds_jax.rl.trainer import TrainEnv
+
+
+class PromptStream:
+    """Prompts in a fixed, seeded order from an indexable source; its state is one integer.
+
+    Over-long prompts are skipped (and counted) so that every drawn prompt fits the prompt width.
+    """
+
+    def __init__(self, source, encode, max_prompt_len: int, *, seed: int):
+        self.source, self.encode, self.max_len = source, encode, max_prompt_len
+        self.order = np.random.default_rng([seed, 0xDA7A]).permutation(len(source))
+        self.position = 0
+        self.skipped = 0
+
+    def take(self, n: int):
+        prompts, refs = [], []
+        while len(prompts) < n:
+            idx = int(self.order[self.position % len(self.order)])
+            self.position += 1
+            ex = self.source[idx]
+            ids = self.encode(ex["prompt"])
+            if len(ids) > self.max_len:
+                self.skipped += 1
+                if self.skipped > 1000 and not prompts:
+                    raise ValueError(f"data: every prompt exceeds data.max_prompt_len={self.max_len}")
+                continue
+            prompts.append(ids)
+            refs.append(ex["reference"])
+        return prompts, refs
+
+    def get_state(self) -> dict[str, int]:
+        return {"position": self.position, "skipped": self.skipped}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        self.position, self.skipped = int(state["position"]), int(state["skipped"])
+
+
+def build_source(cfg: TrainConfig):
+    src = cfg.data["source"]
+    kind, _, name = src.partition(":")
+    params = dict(cfg.data.get("params") or {})
+    size = int(cfg.data.get("size", 100000))
+    if kind == "compact" and name == "chain_sum":
+        from tseeds_jax.data.compact_arith import CompactChainSum
+
+        return CompactChainSum(seed=cfg.seed, size=size, config=params)
+    if kind == "reasoning_gym":
+        from tseeds_jax.data.reasoning_gym_tasks import ReasoningGymSource
+
+        return ReasoningGymSource(name, seed=cfg.seed, size=size, config=params)
+    raise ConfigValueError(f"config.data.source={src!r}: expected 'compact:chain_sum' or "
+                           "'reasoning_gym:TASK'")
+
+
+def build_tokenizer(cfg: TrainConfig, source):
+    """`train:char` trains a character-level sentencepiece model on the task (cached in run_dir)."""
+    from tseeds_jax.data.tokenizer import load_tokenizer
+    from tseeds_jax.data.tokenizer_train import train_sentencepiece
+
+    spec = cfg.tokenizer
+    if spec.startswith("train:"):
+        path = os.path.join(cfg.run_dir, "tokenizer.model")
+        if os.path.exists(path):
+            return load_tokenizer(path)
+        texts = [source[i]["prompt"] for i in range(min(len(source), 2000))]
+        if hasattr(source, "solution"):
+            texts += [source.solution(i) for i in range(min(len(source), 2000))]
+        if hasattr(source, "alphabet"):
+            texts.append(source.alphabet())
+        os.makedirs(cfg.run_dir, exist_ok=True)
+        return train_sentencepiece(texts, vocab_size=64, model_type=spec.split(":", 1)[1],
+                                   out=path)
+    kind, _, path = spec.partition(":")
+    if kind in ("spm", "hf"):
+        return load_tokenizer(path)
+    raise ConfigValueError(f"config.tokenizer={spec!r}: expected 'train:char', 'spm:PATH' or "
+                           "'hf:PATH'")
+
+
+def build_model(cfg: TrainConfig, vocab_size: int):
+    m = cfg.model
+    init = m["init"]
+    if init == "random":
+        arch = dict(m["arch"])
+        if not arch.get("vocab_size"):
+            arch["vocab_size"] = vocab_size
+        mcfg = ModelConfig.from_hf_dict(arch, source="config.model.arch",
+                                        param_dtype=m["param_dtype"], dtype=m["dtype"],
+                                        remat=m["remat"])
+        model = init_model(mcfg, seed=cfg.seed)
+    elif init.startswith("hf:"):
+        from tseeds_jax import hf
+
+        model = hf.from_pretrained(init[3:], dtype=m["param_dtype"])
+    elif init.startswith("orbax:"):
+        from tseeds_jax import checkpoint
+
+        model = checkpoint.load_model(init[6:])
+    else:
+        raise ConfigValueError(f"config.model.init={init!r}: expected 'random', 'hf:DIR' or "
+                               "'orbax:DIR'")
+    if model.cfg.vocab_size < vocab_size:
+        raise ConfigValueError(f"config.model: vocab_size={model.cfg.vocab_size} is smaller than "
+                               f"the tokenizer's {vocab_size}")
+    return model
+
+
+def make_sample_fn(cfg: TrainConfig, graphdef, stop_tokens, max_prefill: int):
+    from tseeds_jax import sampling
+
+    r = cfg.rollout
+
+    def sample_fn(params, requests, budgets, seed):
+        results = sampling.generate((graphdef, params), requests, max_new_tokens=budgets,
+                                    temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
+                                    seed=seed, stop_tokens=stop_tokens,
+                                    max_prefill_length=max_prefill)
+        out = []
+        for res in results:
+            if res.finish_reason == "error":
+                raise RuntimeError(f"sampler rejected a training request: {res.error}")
+            out.append((res.tokens, res.logprobs, res.finish_reason))
+        return out
+
+    return sample_fn
+
+
+def make_reward_fn(name: str):
+    from tseeds_jax import rewards  # noqa: F401  (registers the built-in rewards)
+    from tseeds_jax.rewards import compact  # noqa: F401
+    from tseeds_jax.rewards.registry import score_batch
+
+    def reward_fn(texts, refs):
+        return [(res.score, res.reason) for res in score_batch(name, texts, refs)]
+
+    return reward_fn
+
+
+def build_env(cfg: TrainConfig, *, checkpointer=None) -> tuple[TrainEnv, Any]:
+    """(env, tokenizer)."""
+    source = build_source(cfg)
+    tok = build_tokenizer(cfg, source)
+    model = build_model(cfg, tok.vocab_size)
+    graphdef, params = nnx.split(model)
+    max_prompt = int(cfg.data["max_prompt_len"])
+    stream = PromptStream(source, tok.encode, max_prompt, seed=cfg.seed)
+    stops = tuple(tok.stop_ids)
+    sample_fn = make_sample_fn(cfg, graphdef, stops, max_prompt + cfg.rollout.max_response_len)
+    env = TrainEnv(graphdef=graphdef, params=params, sample_fn=sample_fn,
+                   reward_fn=make_reward_fn(cfg.reward),
+                   decode=lambda ids: tok.decode(ids, skip_special_tokens=True),
+                   prompts=stream, pad_id=int(tok.pad_id), checkpointer=checkpointer,
+                   ref_params=params if cfg.loss.kl_coef else None)
+    return env, tok
+

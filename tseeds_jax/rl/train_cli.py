@@ -1,0 +1,77 @@
+"""`tseeds train --config configs/NAME.py [--config.a.b=value ...]`."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def _parse(argv: list[str]):
+    from absl import flags
+    from ml_collections import config_flags
+
+    fv = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "path to a configs/*.py file", flag_values=fv,
+                                    lock_config=True)
+    flags.DEFINE_integer("steps", None, "override config.steps", flag_values=fv)
+    flags.DEFINE_bool("resume", True, "resume from the run dir's latest checkpoint", flag_values=fv)
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__ + "\n" + fv.main_module_help())
+        raise SystemExit(0)
+    try:
+        fv(["tseeds train", *argv])
+    except flags.Error as e:
+        print(f"tseeds train: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if fv.config is None:
+        print("tseeds train: --config is required", file=sys.stderr)
+        raise SystemExit(2)
+    return fv
+
+
+def progress_bar(total: int, initial: int):
+    from tqdm.auto import tqdm
+
+    bar = tqdm(total=total, initial=initial, unit="step", dynamic_ncols=True)
+
+    def update(step, end, m):
+        bar.update(step - bar.n)
+        bar.set_postfix(acc=f"{m.get('accuracy', 0):.3f}", R=f"{m.get('reward', 0):.3f}",
+                        H=f"{float(m.get('entropy/all', 0)):.2f}",
+                        seed=f"{m.get('seed_length', 0):.1f}", tok_s=f"{m['tokens_per_second']:.0f}")
+
+    return bar, update
+
+
+def main(argv: list[str]) -> int:
+    fv = _parse(argv)
+    from tseeds_jax.rl.config import ConfigValueError, TrainConfig
+
+    cd = fv.config
+    if fv.steps is not None:
+        cd.steps = fv.steps
+    try:
+        cfg = TrainConfig.from_config(cd)
+    except (ConfigValueError, ValueError, TypeError) as e:
+        print(f"tseeds train: invalid config: {e}", file=sys.stderr)
+        return 2
+    from tseeds_jax.rl.runner import make_trainer
+
+    trainer = make_trainer(cfg, config_json=json.loads(cd.to_json_best_effort()))
+    if fv.resume and trainer.restore():
+        print(f"resumed from step {trainer.step} in {cfg.run_dir}")
+    bar, update = progress_bar(cfg.steps, trainer.step) if cfg.progress else (None, None)
+    try:
+        trainer.run(progress=update)
+    except KeyboardInterrupt:
+        print(f"\ninterrupted: checkpoint written at step {trainer.step} in {cfg.run_dir}",
+              file=sys.stderr)
+        return 130
+    finally:
+        if bar is not None:
+            bar.close()
+    last = trainer.history[-1] if trainer.history else {}
+    print(json.dumps({k: last.get(k) for k in ("accuracy", "reward", "loss")
+                      if k in last}, default=float))
+    print(f"metrics: {cfg.run_dir}/metrics.jsonl")
+    return 0

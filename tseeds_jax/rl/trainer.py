@@ -1,0 +1,278 @@
+"""The training loop: refresh cycle, rollouts, rewards, advantages, learner update, checkpoints.
+
+One step trains one batch of B prompts x G responses:
+  * on-policy (T = 1, or batch 0 of a cycle): the current policy writes whole responses;
+  * seeded (batches 1..T-1 of a cycle): each sample restarts from its own seed, a prefix of a
+    behavior response written by the snapshot pi_b at the cycle's refresh, and the current policy
+    writes the continuation. Seed tokens carry the behavior log-probs the learner computed under pi_b.
+Every random choice derives from (run seed, step, stream, sample index), so a run resumed from a
+checkpoint continues exactly as the uninterrupted run would have, and ratio = 0 or T = 1 reproduce
+on-policy DAPO exactly.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+
+from tseeds_jax.rl import rollout
+from tseeds_jax.rl.config import TrainConfig
+from tseeds_jax.rl.learner import Learner, TrainState
+from tseeds_jax.rl.metrics import MetricsWriter
+from tseeds_jax.seeds import SeedCache, make_seed_batch, sample_rngs, truncation
+
+ROLLOUT, BEHAVIOR, TOPUP = 1, 2, 3  # random streams of generation seeds
+
+
+class TrainingError(RuntimeError):
+    """Training stopped on a non-finite value; the message names the step, metric and checkpoint."""
+
+
+def stream_seed(run_seed: int, step: int, stream: int, extra: int = 0) -> int:
+    return int(np.random.SeedSequence([run_seed, step, stream, extra]).generate_state(1)[0] >> 1)
+
+
+@dataclasses.dataclass
+class TrainEnv:
+    """Everything the loop needs besides the config, built by `tseeds_jax.rl.setup`."""
+
+    graphdef: Any
+    params: Any  # initial parameters (nnx.State)
+    sample_fn: rollout.SampleFn
+    reward_fn: Callable[[list[str], list[Any]], list[tuple[float, str]]]
+    decode: Callable[[list[int]], str]
+    prompts: Any  # a PromptStream: take(n) -> (prompt id lists, references); get/set_state()
+    pad_id: int = 0
+    checkpointer: Any = None  # tseeds_jax.rl.state_io.RunCheckpointer or None
+    ref_params: Any = None  # reference policy for the KL loss
+
+
+class Trainer:
+    def __init__(self, cfg: TrainConfig, env: TrainEnv, *, batch_sharding=None):
+        self.cfg, self.env = cfg, env
+        self.learner = Learner(env.graphdef, env.params, cfg.loss, cfg.optim,
+                               variant=cfg.seeds.variant, old_logp_mode=cfg.optim.old_logp,
+                               batch_sharding=batch_sharding)
+        self.state: TrainState = self.learner.init_state(env.params)
+        self.cache = SeedCache()
+        self.step = 0
+        self.rule = truncation.get(cfg.seeds.truncation, ratio=cfg.seeds.ratio,
+                                   top_k=cfg.seeds.top_k)
+        self.writer = MetricsWriter(cfg.run_dir)
+        self.history: list[dict[str, Any]] = []
+
+    # ---- one step ----
+    def _prompt_width(self) -> int:
+        return int(self.cfg.data["max_prompt_len"])
+
+    def _refresh(self, params, step: int):
+        """Snapshot pi_b = params; behavior rollouts for the next T batches; seeds for 1..T-1."""
+        c = self.cfg
+        b, g, r = c.rollout.batch_prompts, c.rollout.group_size, c.rollout.max_response_len
+        batches = [self.env.prompts.take(b) for _ in range(c.seeds.refresh_interval)]
+        if self.env.checkpointer is not None:
+            self.env.checkpointer.save_behavior_snapshot(step, params)
+        self.cache = SeedCache(cycle_start=step)
+        n_tokens = 0
+        for j in range(1, c.seeds.refresh_interval):
+            prompts, refs = batches[j]
+            behavior = rollout.continue_samples(
+                self.env.sample_fn, params, prompts, refs, g, r,
+                stream_seed(c.seed, step + j, BEHAVIOR))
+            responses = [s.cont_ids for s in behavior]
+            n_tokens += sum(len(x) for x in responses)
+            tokens, attn = rollout.sequences_for_stats(
+                [(s.prompt_ids, s.cont_ids) for s in behavior], self._prompt_width(), r,
+                self.env.pad_id)
+            # Behavior log-probs come from the learner's forward pass under pi_b, not the sampler.
+            logp, ent = self.learner.stats(params, tokens, attn, r)
+            self.cache.batches[step + j] = make_seed_batch(
+                prompts, refs, responses, logp, ent, self.rule, sample_rngs(c.seed, step + j, b * g))
+        return batches[0], n_tokens
+
+    def _collect(self, params, step: int):
+        """Samples of this step (seeded or on-policy) with rewards; returns (samples, info)."""
+        c = self.cfg
+        b, g, r = c.rollout.batch_prompts, c.rollout.group_size, c.rollout.max_response_len
+        info = {"behavior_tokens": 0, "refresh_time": 0.0}
+        seeds = None
+        if c.seeded and step % c.seeds.refresh_interval == 0:
+            t0 = time.perf_counter()
+            (prompts, refs), info["behavior_tokens"] = self._refresh(params, step)
+            info["refresh_time"] = time.perf_counter() - t0
+        elif c.seeded:
+            sb = self.cache.take(step)
+            prompts, refs = sb.prompt_ids, sb.references
+            seeds = (sb.seed_tokens, sb.seed_logp)
+        else:
+            prompts, refs = self.env.prompts.take(b)
+        t0 = time.perf_counter()
+        samples = rollout.continue_samples(self.env.sample_fn, params, prompts, refs, g, r,
+                                           stream_seed(c.seed, step, ROLLOUT), seeds=seeds)
+        info["rollout_time"] = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        rollout.score_samples(samples, self.env.reward_fn, self.env.decode)
+        info["reward_time"] = time.perf_counter() - t0
+        info["all_groups"] = _group_stats(samples, g)
+        if c.advantage.filter_groups:
+            samples = self._filter_groups(params, step, samples, info)
+        return samples, info
+
+    def _filter_groups(self, params, step, samples, info):
+        """DAPO dynamic sampling: keep groups with unequal rewards; top up with on-policy groups."""
+        c = self.cfg
+        b, g, r = c.rollout.batch_prompts, c.rollout.group_size, c.rollout.max_response_len
+        kept = _keep_varied_groups(samples, g)
+        rounds = 1
+        while len(kept) < b * g and rounds < c.advantage.max_gen_batches:
+            prompts, refs = self.env.prompts.take(b)
+            extra = rollout.continue_samples(self.env.sample_fn, params, prompts, refs, g, r,
+                                             stream_seed(c.seed, step, TOPUP, rounds))
+            rollout.score_samples(extra, self.env.reward_fn, self.env.decode)
+            kept += _keep_varied_groups(extra, g)
+            rounds += 1
+        kept = kept[: b * g]
+        for i, s in enumerate(kept):  # renumber groups densely for the advantage computation
+            s.group = i // g
+        info["gen_rounds"] = rounds
+        info["kept_groups"] = len(kept) // g
+        return kept
+
+    def train_step(self) -> dict[str, Any]:
+        c, step = self.cfg, self.step
+        t_start = time.perf_counter()
+        params = self.state.params
+        sampler_params = _cast(params, self.cfg.model.get("sampler_dtype", "float32"))
+        samples, info = self._collect(sampler_params, step)
+        g, r = c.rollout.group_size, c.rollout.max_response_len
+        adv = (rollout.sample_advantages(samples, norm_by_std=c.advantage.norm_by_std,
+                                         max_response_len=r,
+                                         overlong_buffer=c.advantage.overlong_buffer,
+                                         overlong_penalty=c.advantage.overlong_penalty)
+               if samples else np.zeros(0))
+        batch = rollout.build_batch(samples, adv, prompt_width=self._prompt_width(),
+                                    response_width=r, pad_id=self.env.pad_id,
+                                    num_rows=c.rollout.batch_prompts * g)
+        t0 = time.perf_counter()
+        if self.learner.needs_old_logp:
+            batch = batch.replace(old_logp_BR=self.learner.stats(
+                params, batch.tokens_BT, batch.attn_mask_BT, r)[0])
+        if c.loss.kl_coef:
+            batch = batch.replace(ref_logp_BR=self.learner.stats(
+                self.env.ref_params, batch.tokens_BT, batch.attn_mask_BT, r)[0])
+        self.state, lmetrics = self.learner.update(self.state, batch)
+        lmetrics = jax.device_get(lmetrics)
+        learner_time = time.perf_counter() - t0
+        step_time = time.perf_counter() - t_start
+        metrics = _sample_metrics(samples, g)
+        metrics.update({k: v for k, v in lmetrics.items()})
+        metrics.update(info.pop("all_groups"))
+        gen_tokens = sum(len(s.cont_ids) for s in samples) + info["behavior_tokens"]
+        metrics.update(info)
+        metrics.update(time_learner=learner_time, time_step=step_time, generated_tokens=gen_tokens,
+                       tokens_per_second=gen_tokens / max(step_time, 1e-9))
+        metrics["time_rollout"] = metrics.pop("rollout_time")
+        metrics["time_reward"] = metrics.pop("reward_time")
+        metrics["time_refresh"] = metrics.pop("refresh_time")
+        if not np.isfinite(metrics["loss"]) or not np.isfinite(metrics["grad_norm"]):
+            bad = "loss" if not np.isfinite(metrics["loss"]) else "grad_norm"
+            where = self._save(tag="nan")
+            raise TrainingError(f"step {step}: {bad}={metrics[bad]} is not finite; "
+                                f"state saved at {where} for inspection")
+        self.step += 1
+        return metrics
+
+    # ---- loop, checkpoints ----
+    def _save(self, tag: str = "") -> str | None:
+        if self.env.checkpointer is None:
+            return None
+        return self.env.checkpointer.save(self.step, self.state, self.cache, self.env.prompts,
+                                          tag=tag)
+
+    def restore(self) -> bool:
+        """Resumes from the latest checkpoint of the run dir, if any; True if it did."""
+        if self.env.checkpointer is None:
+            return False
+        got = self.env.checkpointer.restore_latest(self.state)
+        if got is None:
+            return False
+        self.step, self.state, self.cache, data_state = got
+        self.env.prompts.set_state(data_state)
+        self.writer.truncate_after(self.step)
+        return True
+
+    def run(self, steps: int | None = None, *, progress=None) -> list[dict[str, Any]]:
+        """Trains until `steps` (default cfg.steps) and checkpoints; Ctrl-C saves and re-raises."""
+        c = self.cfg
+        end = c.steps if steps is None else steps
+        try:
+            while self.step < end:
+                metrics = self.train_step()
+                self.history.append(metrics)
+                if self.step % c.log_every == 0 or self.step == end:
+                    self.writer.write(self.step - 1, metrics)
+                if progress is not None:
+                    progress(self.step, end, metrics)
+                if c.checkpoint_every and self.step % c.checkpoint_every == 0:
+                    self._save()
+        except KeyboardInterrupt:
+            self._save(tag="interrupt")
+            raise
+        finally:
+            self.writer.close()
+        self._save()
+        return self.history
+
+
+# ---- helpers ----
+def _cast(params, dtype: str):
+    if dtype in (None, "float32"):
+        return params
+    import jax.numpy as jnp
+
+    return jax.tree_util.tree_map(lambda x: x.astype(jnp.dtype(dtype)), params)
+
+
+def _keep_varied_groups(samples, g):
+    out = []
+    for start in range(0, len(samples), g):
+        grp = samples[start : start + g]
+        rewards = [s.reward for s in grp]
+        if len(grp) == 1 or max(rewards) > min(rewards):
+            out += grp
+    return out
+
+
+def _group_stats(samples, g) -> dict[str, float]:
+    if not samples:
+        return {}
+    groups = [samples[i : i + g] for i in range(0, len(samples), g)]
+    solved = [max(s.reward for s in grp) >= 1.0 for grp in groups]
+    equal = [max(s.reward for s in grp) == min(s.reward for s in grp) for grp in groups]
+    return {"pass_at_G": float(np.mean(solved)), "zero_adv_group_frac": float(np.mean(equal))}
+
+
+def _sample_metrics(samples, g) -> dict[str, Any]:
+    if not samples:
+        return {"reward": 0.0, "accuracy": 0.0, "num_samples": 0}
+    rewards = np.array([s.reward for s in samples])
+    reasons: dict[str, int] = {}
+    for s in samples:
+        if s.reward_reason:
+            reasons[s.reward_reason] = reasons.get(s.reward_reason, 0) + 1
+    return {
+        "reward": float(rewards.mean()),
+        "accuracy": float(np.mean(rewards >= 1.0)),
+        "response_length": float(np.mean([len(s.response_ids) for s in samples])),
+        "seed_length": float(np.mean([len(s.seed_ids) for s in samples])),
+        "seed_fraction": float(np.mean([len(s.seed_ids) / max(len(s.response_ids), 1)
+                                        for s in samples])),
+        "finish_stop_frac": float(np.mean([s.finish == "stop" for s in samples])),
+        "num_samples": len(samples),
+        "reward_reasons": reasons,
+    }

@@ -1,0 +1,219 @@
+"""Jitted sampler core shared by the offline driver and the JetStream engine.
+
+Letters: B decode slots, P prefills run together, T prefill bucket length, S cache length,
+N output buffer length (max new tokens), V vocab, K kv heads, E head dim.
+
+A slot's life: `prefill` computes the KV of a prompt (right-padded to a bucket) in its own small
+cache and samples the first new token; `insert` copies that KV into a slot row of the decode
+state; every `step` then *emits* the slot's current token (count, stop/length checks), feeds it
+through the model, and samples the next one. Emitting before feeding lets the JetStream
+orchestrator (whose prefill returns no token) receive every token from `generate`.
+
+Randomness: the i-th new token of a request (i = 0 for the prefill's token) is drawn with
+`fold_in(request_key, i)`, so tokens depend on the request's key only, never on the slot or on
+the other requests.
+
+Params enter every function as an argument (`nnx.merge(graphdef, params)` inside the trace):
+new weights of the same shapes/dtypes reuse the compiled code. `graphdef`, the strategy and the
+stop tokens are static (hashable) arguments.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from tseeds_jax.model import KVCache
+from tseeds_jax.sampling.strategies import step_keys, token_logprobs
+
+# finish codes (int32 in the state)
+RUNNING, STOP, LENGTH, ERROR = 0, 1, 2, 3
+FINISH_REASONS = {STOP: "stop", LENGTH: "length", ERROR: "error"}
+
+# Counts traces of the jitted functions (tests check that new params values never retrace).
+TRACE_COUNTS: dict[str, int] = {"prefill": 0, "insert": 0, "step": 0, "chunk": 0}
+
+
+@flax.struct.dataclass
+class Prefix:
+    """The result of a prefill for P prompts: their KV [P, T, K, E] per layer and first token."""
+
+    k: tuple[jax.Array, ...]
+    v: tuple[jax.Array, ...]
+    length_P: jax.Array  # int32 real prompt lengths
+    token_P: jax.Array  # int32 first new token (sampled, not yet emitted)
+    logprob_P: jax.Array  # float32 its temperature-1 log-prob
+    key_P: jax.Array  # uint32 [P, 2] request keys
+    budget_P: jax.Array  # int32 max tokens to emit
+    error_P: jax.Array  # bool: the request was invalid; the slot finishes with "error"
+
+
+@flax.struct.dataclass
+class DecodeState:
+    """Everything a decode step transforms, for all B slots.
+
+    cache.end_B is each slot's position of the current token (prompt length + tokens fed).
+    """
+
+    cache: KVCache
+    token_B: jax.Array  # int32 current token: sampled, not yet emitted
+    logprob_B: jax.Array  # float32 its temperature-1 log-prob
+    step_B: jax.Array  # int32 tokens emitted so far
+    budget_B: jax.Array  # int32 max tokens to emit
+    key_B: jax.Array  # uint32 [B, 2] request keys
+    occupied_B: jax.Array  # bool: the slot holds a request (running or finished, not yet freed)
+    finish_B: jax.Array  # int32 RUNNING / STOP / LENGTH / ERROR
+
+    @property
+    def live_B(self):
+        return self.occupied_B & (self.finish_B == RUNNING)
+
+    @classmethod
+    def init(cls, cfg, slots: int, cache_len: int, cache_dtype=None) -> DecodeState:
+        # Separate buffers per field: donation rejects one buffer passed twice.
+        def zi():
+            return jnp.zeros((slots,), jnp.int32)
+
+        return cls(cache=KVCache.init(cfg, slots, cache_len, cache_dtype), token_B=zi(),
+                   logprob_B=jnp.zeros((slots,), jnp.float32), step_B=zi(), budget_B=zi(),
+                   key_B=jnp.zeros((slots, 2), jnp.uint32),
+                   occupied_B=jnp.zeros((slots,), bool), finish_B=zi())
+
+
+@flax.struct.dataclass
+class Emitted:
+    """What one step emitted per slot: token, log-prob, validity, tokens emitted so far."""
+
+    token_B: jax.Array
+    logprob_B: jax.Array
+    valid_B: jax.Array
+    count_B: jax.Array
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "strategy"))
+def prefill(graphdef, strategy, params, tokens_PT, length_P, key_P, budget_P, error_P) -> Prefix:
+    """KV of P right-padded prompts [P, T] and their first sampled token.
+
+    Rows flagged in `error_P` are computed on whatever tokens they hold (callers pass zeros) and
+    ignored later. `budget_P`: max tokens to emit per request.
+    """
+    TRACE_COUNTS["prefill"] += 1
+    model = nnx.merge(graphdef, params)
+    p, t = tokens_PT.shape
+    cache = KVCache.init(model.cfg, p, t)
+    hidden_PTD, cache = model.hidden(tokens_PT, cache=cache, lengths_B=length_P)
+    last_PD = hidden_PTD[jnp.arange(p), jnp.maximum(length_P - 1, 0)]
+    logits_PV = model.logits(last_PD[:, None])[:, 0]
+    token_P = strategy.sample(logits_PV, step_keys(key_P, jnp.zeros((p,), jnp.int32)))
+    return Prefix(k=cache.k, v=cache.v, length_P=length_P.astype(jnp.int32), token_P=token_P,
+                  logprob_P=token_logprobs(logits_PV, token_P), key_P=key_P,
+                  budget_P=budget_P.astype(jnp.int32), error_P=error_P)
+
+
+@functools.partial(jax.jit, donate_argnames=("state",))
+def insert(prefix: Prefix, state: DecodeState, slot_P) -> DecodeState:
+    """Copies P prefills into slots `slot_P` (int32 [P]); entries equal to B are skipped."""
+    TRACE_COUNTS["insert"] += 1
+    t = prefix.k[0].shape[1]
+
+    def put(dst, src):
+        return dst.at[slot_P].set(src.astype(dst.dtype), mode="drop")
+
+    def put_kv(dst_BSKE, src_PTKE):
+        return dst_BSKE.at[slot_P, :t].set(src_PTKE.astype(dst_BSKE.dtype), mode="drop")
+
+    cache = state.cache
+    cache = KVCache(k=tuple(put_kv(d, s) for d, s in zip(cache.k, prefix.k)),
+                    v=tuple(put_kv(d, s) for d, s in zip(cache.v, prefix.v)),
+                    end_B=put(cache.end_B, prefix.length_P))
+    p = slot_P.shape[0]
+    return DecodeState(
+        cache=cache, token_B=put(state.token_B, prefix.token_P),
+        logprob_B=put(state.logprob_B, prefix.logprob_P),
+        step_B=put(state.step_B, jnp.zeros((p,), jnp.int32)),
+        budget_B=put(state.budget_B, prefix.budget_P), key_B=put(state.key_B, prefix.key_P),
+        occupied_B=put(state.occupied_B, jnp.ones((p,), bool)),
+        finish_B=put(state.finish_B, jnp.where(prefix.error_P, ERROR, RUNNING)))
+
+
+def prefill_bucket(length: int, max_prefill_length: int) -> int:
+    """Padded prefill length: the next power of two >= length (min 8), capped at the maximum."""
+    return min(max(8, 1 << (max(length, 1) - 1).bit_length()), max_prefill_length)
+
+
+def cache_bucket(length: int) -> int:
+    """Cache length for `length` positions: next of 64, 96, 128, 192, 256, ... (<= 1.5x waste)."""
+    size = 64
+    while size < length:
+        size = size // 2 * 3 if size & (size - 1) == 0 else size // 3 * 4
+    return size
+
+
+def _step(model, strategy, stop_tokens, state: DecodeState):
+    """One decode step for all slots (traced inside jit): emit, feed, sample."""
+    live = state.live_B
+    count = state.step_B + live.astype(jnp.int32)
+    stop_arr = jnp.asarray(stop_tokens if stop_tokens else (-1,), jnp.int32)
+    hit_stop = live & jnp.any(state.token_B[:, None] == stop_arr[None, :], axis=-1)
+    hit_len = live & (count >= state.budget_B)
+    finish = jnp.where(hit_stop, STOP, jnp.where(hit_len, LENGTH, state.finish_B))
+    still = live & ~hit_stop & ~hit_len
+    emitted = Emitted(token_B=state.token_B, logprob_B=state.logprob_B, valid_B=live,
+                      count_B=count)
+    # All rows run (one batched matmul); rows that are not running do not advance their end.
+    logits_B1V, cache = model.decode(state.token_B[:, None], state.cache,
+                                     lengths_B=still.astype(jnp.int32))
+    logits_BV = logits_B1V[:, 0]
+    nxt = strategy.sample(logits_BV, step_keys(state.key_B, count))
+    new = state.replace(cache=cache, token_B=jnp.where(still, nxt, state.token_B),
+                        logprob_B=jnp.where(still, token_logprobs(logits_BV, nxt), state.logprob_B),
+                        step_B=count, finish_B=finish)
+    return new, emitted
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "strategy", "stop_tokens"),
+                   donate_argnames=("state",))
+def step(graphdef, strategy, stop_tokens, params, state: DecodeState):
+    """One decode step for all slots -> (new state, Emitted)."""
+    TRACE_COUNTS["step"] += 1
+    return _step(nnx.merge(graphdef, params), strategy, stop_tokens, state)
+
+
+@functools.partial(jax.jit, static_argnames=("graphdef", "strategy", "stop_tokens"),
+                   donate_argnames=("state", "out_tokens_BN", "out_logprobs_BN"))
+def run_chunk(graphdef, strategy, stop_tokens, params, state: DecodeState, out_tokens_BN,
+              out_logprobs_BN, max_steps, return_on_finish):
+    """Up to `max_steps` decode steps in one device call (a while_loop), writing emitted tokens
+    into the output buffers at column `count - 1`.
+
+    Stops early when no slot is running, or (if `return_on_finish`) as soon as a slot finishes
+    so that the host can refill it. Both scalars are traced: changing them never recompiles.
+    Returns (state, out_tokens_BN, out_logprobs_BN, steps run).
+    """
+    TRACE_COUNTS["chunk"] += 1
+    model = nnx.merge(graphdef, params)
+    b, n = out_tokens_BN.shape
+    rows = jnp.arange(b)
+
+    def cond(carry):
+        i, st, _, _, finished = carry
+        go_on = (i < max_steps) & jnp.any(st.live_B)
+        return go_on & ~(return_on_finish & finished)
+
+    def body(carry):
+        i, st, toks, lps, _ = carry
+        was_live = st.live_B
+        st, em = _step(model, strategy, stop_tokens, st)
+        col = jnp.where(em.valid_B, em.count_B - 1, n)  # n: out of range, dropped
+        toks = toks.at[rows, col].set(em.token_B, mode="drop")
+        lps = lps.at[rows, col].set(em.logprob_B, mode="drop")
+        finished = jnp.any(was_live & ~st.live_B)
+        return i + 1, st, toks, lps, finished
+
+    init = (jnp.int32(0), state, out_tokens_BN, out_logprobs_BN, jnp.bool_(False))
+    i, state, out_tokens_BN, out_logprobs_BN, _ = jax.lax.while_loop(cond, body, init)
+    return state, out_tokens_BN, out_logprobs_BN, i

@@ -1,0 +1,243 @@
+"""Offline rollout driver: token-level requests through decode slots with continuous batching.
+
+Letters: B decode slots, P prefills run together, T prefill bucket, S cache length, N output
+buffer length (largest max_new_tokens).
+
+The host keeps a queue of requests. Free slots are filled by one batched prefill per length
+bucket and one insert; then a single device call (`core.run_chunk`, a while_loop over decode
+steps) runs until a slot finishes while requests wait (so it is refilled at once) or until all
+slots finish. The host reads three [B] arrays per call, and the output buffers only when some
+slot finished: no per-token host round-trip.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from tseeds_jax.model import Transformer
+from tseeds_jax.sampling import core
+from tseeds_jax.sampling.strategies import make_strategy
+
+# Cap on P * T of one batched prefill: bounds the [P, H, T, T] attention scores.
+_PREFILL_TOKENS = 8192
+
+
+@dataclasses.dataclass(frozen=True)
+class GenerationResult:
+    """One request's outcome. `tokens`: new tokens only (a final stop token included);
+    `logprobs`: their log-probs under the model at temperature 1 (float, natural log);
+    `finish_reason`: "stop" | "length" | "error"; `error`: the message when "error"."""
+
+    tokens: list[int]
+    logprobs: list[float]
+    finish_reason: str
+    error: str | None = None
+
+
+@dataclasses.dataclass
+class _Request:
+    index: int
+    tokens: np.ndarray  # int32 prompt (+ prefix)
+    budget: int
+    key: np.ndarray  # uint32 [2]
+
+
+def split_model(model):
+    """(graphdef, params) from a Transformer or a (graphdef, params) pair."""
+    if isinstance(model, Transformer):
+        return nnx.split(model)
+    if isinstance(model, tuple) and len(model) == 2 and isinstance(model[0], nnx.GraphDef):
+        return model
+    raise TypeError(f"model: expected a Transformer or a (graphdef, params) pair from "
+                    f"nnx.split(model), got {type(model).__name__}")
+
+
+@jax.jit
+def _cast_floats(params, dtype_like):
+    return jax.tree.map(
+        lambda x: x.astype(dtype_like.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x,
+        params)
+
+
+def cast_params(params, dtype):
+    """Float leaves of `params` cast to `dtype` (e.g. "bfloat16"); compute dtype is unchanged."""
+    return _cast_floats(params, jnp.zeros((), jnp.dtype(dtype)))
+
+
+def _request_keys(seed, n: int) -> np.ndarray:
+    """uint32 [n, 2]: fold_in(PRNGKey(seed), i) for an int seed; PRNGKey(seed_i) for a list."""
+    if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
+        keys = jax.vmap(jax.random.fold_in, (None, 0))(jax.random.PRNGKey(int(seed)),
+                                                        jnp.arange(n, dtype=jnp.uint32))
+        return np.asarray(keys)
+    seeds = list(seed)
+    if len(seeds) != n:
+        raise ValueError(f"seed: a list of per-request seeds needs {n} entries, got {len(seeds)}")
+    for s in seeds:
+        if not isinstance(s, (int, np.integer)) or isinstance(s, bool) or not 0 <= s < 2**32:
+            raise ValueError(f"seed: per-request seeds must be integers in [0, 2**32), got {s!r}")
+    return np.asarray(jax.vmap(jax.random.PRNGKey)(jnp.asarray(seeds, jnp.uint32)))
+
+
+def _per_request(value, n: int, name: str) -> list:
+    if isinstance(value, (list, tuple, np.ndarray)):
+        if len(value) != n:
+            raise ValueError(f"{name}: expected one value per prompt ({n}), got {len(value)}")
+        return list(value)
+    return [value] * n
+
+
+def _validate(tokens, budget, vocab: int, max_prefill: int) -> str | None:
+    """The problem with one request, or None."""
+    if not isinstance(budget, (int, np.integer)) or isinstance(budget, bool) or budget <= 0:
+        return f"max_new_tokens={budget!r}: must be a positive integer"
+    if tokens.ndim != 1 or (tokens.size and not np.issubdtype(tokens.dtype, np.integer)):
+        return f"prompt must be a flat list of integer token ids, got dtype {tokens.dtype} " \
+               f"shape {tokens.shape}"
+    if tokens.size == 0:
+        return "empty prompt: at least one token is needed to condition on"
+    if tokens.size > max_prefill:
+        return f"prompt length {tokens.size} exceeds max_prefill_length={max_prefill}"
+    bad = (tokens < 0) | (tokens >= vocab)
+    if bad.any():
+        return f"token id {int(tokens[bad][0])} at position {int(np.argmax(bad))} is outside " \
+               f"the vocabulary [0, {vocab})"
+    return None
+
+
+def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens, temperature: float = 1.0,
+             top_p: float = 1.0, top_k: int = 0, seed=0, stop_tokens=None, prefixes=None,
+             num_slots: int | None = None, max_prefill_length: int | None = None,
+             param_dtype=None) -> list[GenerationResult]:
+    """Samples continuations of token-level prompts; results in input order.
+
+    model: a `Transformer`, or `(graphdef, params)` from `nnx.split(model)` — the learner's
+      parameter pytree as is (new values of the same shapes/dtypes reuse compiled code).
+    prompts: list of token-id lists (a prompt may already end with a seed prefix).
+    max_new_tokens: int, or one int per prompt.
+    temperature / top_p / top_k: temperature 0 is greedy; top_k 0 and top_p 1 disable them.
+    seed: int (request i uses fold_in(PRNGKey(seed), i)) or one seed per prompt (PRNGKey(s_i)).
+      The i-th new token uses fold_in(request key, i): results do not depend on slot count or
+      on the other prompts.
+    stop_tokens: token ids that end a request (included in `.tokens`, reason "stop").
+    prefixes: optional per-prompt token lists appended to the prompts (e.g. a seed prefix);
+      `.tokens` are the tokens after the prefix.
+    num_slots: concurrent decode slots (default: next power of two >= len(prompts), <= 256).
+    max_prefill_length: longest accepted prompt (+ prefix); default the model's
+      max_position_embeddings.
+    param_dtype: optionally cast the float params (e.g. "bfloat16") before sampling.
+
+    Invalid requests (empty, too long, ids outside the vocabulary, max_new_tokens <= 0) get a
+    result with finish_reason "error" and a message; the others still run.
+    """
+    graphdef, params = split_model(model)
+    cfg = nnx.merge(graphdef, params).cfg  # merge wraps the arrays; nothing is copied
+    if not isinstance(prompts, Sequence) or isinstance(prompts, (str, bytes)):
+        raise TypeError(f"prompts: expected a list of token-id lists, got {type(prompts).__name__}")
+    n = len(prompts)
+    if n == 0:
+        return []
+    strategy = make_strategy(temperature, top_k, top_p)
+    stops = tuple(sorted({int(t) for t in (stop_tokens or ())}))
+    max_prefill = int(max_prefill_length or cfg.max_position_embeddings)
+    if max_prefill <= 0:
+        raise ValueError(f"max_prefill_length={max_prefill_length!r}: must be positive")
+    budgets = _per_request(max_new_tokens, n, "max_new_tokens")
+    extra = _per_request(None, n, "prefixes") if prefixes is None else \
+        _per_request(prefixes, n, "prefixes")
+    keys = _request_keys(seed, n)
+    if param_dtype is not None:
+        params = cast_params(params, param_dtype)
+
+    results: list[GenerationResult | None] = [None] * n
+    requests = []
+    for i in range(n):
+        try:
+            tokens = np.asarray(list(prompts[i]) + list(extra[i] or ()))
+        except TypeError as e:
+            results[i] = GenerationResult([], [], "error", f"prompt {i}: {e}")
+            continue
+        problem = _validate(tokens, budgets[i], cfg.vocab_size, max_prefill)
+        if problem:
+            results[i] = GenerationResult([], [], "error", f"prompt {i}: {problem}")
+            continue
+        requests.append(_Request(i, tokens.astype(np.int32), int(budgets[i]), keys[i]))
+    if requests:
+        slots = num_slots or min(256, 1 << (len(requests) - 1).bit_length())
+        if not isinstance(slots, int) or slots <= 0:
+            raise ValueError(f"num_slots={num_slots!r}: must be a positive integer")
+        for r, out in _run(cfg, graphdef, params, strategy, stops, requests, slots, max_prefill):
+            results[r.index] = out
+    return results
+
+
+def _run(cfg, graphdef, params, strategy, stops, requests, slots, max_prefill):
+    """Continuous batching over `slots`; yields (request, GenerationResult) as they finish."""
+    n_out = max(r.budget for r in requests)
+    cache_len = core.cache_bucket(max(max(r.tokens.size + r.budget,
+                                          core.prefill_bucket(r.tokens.size, max_prefill))
+                                      for r in requests))
+    state = core.DecodeState.init(cfg, slots, cache_len)
+    out_t = jnp.zeros((slots, n_out), jnp.int32)
+    out_lp = jnp.zeros((slots, n_out), jnp.float32)
+    queue = collections.deque(requests)
+    free = list(range(slots))
+    in_slot: list[_Request | None] = [None] * slots
+    while queue or any(r is not None for r in in_slot):
+        if queue and free:
+            take = [queue.popleft() for _ in range(min(len(free), len(queue)))]
+            for group in _prefill_groups(take, max_prefill):
+                used = [free.pop(0) for _ in group]
+                for s, r in zip(used, group):
+                    in_slot[s] = r
+                state = _prefill_insert(graphdef, params, strategy, state, group, used, slots,
+                                        max_prefill)
+        state, out_t, out_lp, _ = core.run_chunk(graphdef, strategy, stops, params, state, out_t,
+                                                 out_lp, n_out + 1, bool(queue))
+        finish, count = jax.device_get((state.finish_B, state.step_B))
+        done = [s for s in range(slots) if in_slot[s] is not None and finish[s] != core.RUNNING]
+        if not done:
+            continue
+        toks, lps = jax.device_get((out_t, out_lp))
+        for s in done:
+            r, c = in_slot[s], int(count[s])
+            yield r, GenerationResult(toks[s, :c].tolist(), lps[s, :c].tolist(),
+                                      core.FINISH_REASONS[int(finish[s])])
+            in_slot[s] = None
+            free.append(s)
+
+
+def _prefill_groups(requests, max_prefill):
+    """Requests grouped by prefill bucket, each group at most _PREFILL_TOKENS padded tokens."""
+    by_bucket: dict[int, list] = collections.defaultdict(list)
+    for r in requests:
+        by_bucket[core.prefill_bucket(r.tokens.size, max_prefill)].append(r)
+    for t, group in sorted(by_bucket.items()):
+        rows = max(1, _PREFILL_TOKENS // t)
+        rows = 1 << (rows.bit_length() - 1)  # power of two
+        for i in range(0, len(group), rows):
+            yield group[i:i + rows]
+
+
+def _prefill_insert(graphdef, params, strategy, state, group, slots_used, num_slots, max_prefill):
+    """One batched prefill (P padded to a power of two) and one insert."""
+    t = core.prefill_bucket(max(r.tokens.size for r in group), max_prefill)
+    p = 1 << (len(group) - 1).bit_length()
+    tokens = np.zeros((p, t), np.int32)
+    length = np.ones((p,), np.int32)
+    key = np.zeros((p, 2), np.uint32)
+    budget = np.ones((p,), np.int32)
+    slot = np.full((p,), num_slots, np.int32)  # padding rows: out of range, dropped by insert
+    for j, (r, s) in enumerate(zip(group, slots_used)):
+        tokens[j, :r.tokens.size] = r.tokens
+        length[j], key[j], budget[j], slot[j] = r.tokens.size, r.key, r.budget, s
+    prefix = core.prefill(graphdef, strategy, params, tokens, length, key, budget,
+                          np.zeros((p,), bool))
+    return core.insert(prefix, state, slot)

@@ -1,0 +1,138 @@
+"""Sampling strategies: each a small frozen dataclass that picks one token per row.
+
+Letters: B rows (slots), V vocab, K kept candidates (top-k).
+
+A strategy's `sample(logits_BV, keys_B2)` takes float32 raw model logits and one raw PRNG key
+(uint32[2]) per row, and returns int32 token ids [B]. Every row draws its noise from its own key
+only, so a row's token never depends on the other rows of the batch (vmapped `jax.random` calls
+give the same bits as per-row calls). Strategies are hashable: they are static jit arguments.
+
+The log-prob the sampler reports is always `log_softmax(raw logits)[token]` (`token_logprobs`),
+the model's distribution at temperature 1 — what the learner recomputes — never the tempered or
+truncated distribution the token was drawn from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import jax.numpy as jnp
+
+
+def _check_temperature(temperature):
+    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or \
+            not math.isfinite(temperature) or temperature <= 0:
+        raise ValueError(f"temperature={temperature!r}: must be a finite number > 0 "
+                         "(use Greedy for temperature 0)")
+
+
+def _gumbel_argmax(scaled_BX, keys_B2):
+    """Exact categorical draw per row: argmax(logits + Gumbel noise from that row's key)."""
+    noise_BX = jax.vmap(lambda k: jax.random.gumbel(k, scaled_BX.shape[-1:], jnp.float32))(keys_B2)
+    return jnp.argmax(scaled_BX + noise_BX, axis=-1).astype(jnp.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Greedy:
+    """temperature 0: the most likely token (first index on ties, as torch.argmax)."""
+
+    def sample(self, logits_BV, keys_B2):
+        del keys_B2
+        return jnp.argmax(logits_BV, axis=-1).astype(jnp.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class Temperature:
+    """Draw from softmax(logits / temperature) over the whole vocabulary."""
+
+    temperature: float = 1.0
+
+    def __post_init__(self):
+        _check_temperature(self.temperature)
+
+    def sample(self, logits_BV, keys_B2):
+        return _gumbel_argmax(logits_BV / self.temperature, keys_B2)
+
+
+@dataclasses.dataclass(frozen=True)
+class TopK:
+    """Draw from softmax(logits / temperature) restricted to the k most likely tokens."""
+
+    k: int
+    temperature: float = 1.0
+
+    def __post_init__(self):
+        if not isinstance(self.k, int) or isinstance(self.k, bool) or self.k <= 0:
+            raise ValueError(f"top_k={self.k!r}: must be a positive integer")
+        _check_temperature(self.temperature)
+
+    def sample(self, logits_BV, keys_B2):
+        k = min(self.k, logits_BV.shape[-1])
+        top_BK, idx_BK = jax.lax.top_k(logits_BV, k)
+        pick_B = _gumbel_argmax(top_BK / self.temperature, keys_B2)
+        return jnp.take_along_axis(idx_BK, pick_B[:, None], axis=-1)[:, 0].astype(jnp.int32)
+
+
+@dataclasses.dataclass(frozen=True)
+class TopP:
+    """Nucleus sampling: the smallest set of most likely tokens whose tempered probability mass
+    reaches `p` (the token that crosses `p` is kept), optionally within the top `top_k` first."""
+
+    p: float
+    temperature: float = 1.0
+    top_k: int = 0  # 0: no top-k pre-filter
+
+    def __post_init__(self):
+        if not isinstance(self.p, (int, float)) or not 0.0 < self.p <= 1.0:
+            raise ValueError(f"top_p={self.p!r}: must be in (0, 1]")
+        if not isinstance(self.top_k, int) or isinstance(self.top_k, bool) or self.top_k < 0:
+            raise ValueError(f"top_k={self.top_k!r}: must be an integer >= 0")
+        _check_temperature(self.temperature)
+
+    def sample(self, logits_BV, keys_B2):
+        v = logits_BV.shape[-1]
+        k = v if self.top_k == 0 else min(self.top_k, v)
+        # top_k with k == V is a full descending sort that also returns the indices.
+        top_BK, idx_BK = jax.lax.top_k(logits_BV, k)
+        scaled_BK = top_BK / self.temperature
+        probs_BK = jax.nn.softmax(scaled_BK, axis=-1)
+        mass_before_BK = jnp.cumsum(probs_BK, axis=-1) - probs_BK
+        keep_BK = mass_before_BK < self.p
+        keep_BK = keep_BK.at[:, 0].set(True)
+        masked_BK = jnp.where(keep_BK, scaled_BK, -jnp.inf)
+        pick_B = _gumbel_argmax(masked_BK, keys_B2)
+        return jnp.take_along_axis(idx_BK, pick_B[:, None], axis=-1)[:, 0].astype(jnp.int32)
+
+
+Strategy = Greedy | Temperature | TopK | TopP
+
+
+def make_strategy(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) -> Strategy:
+    """The strategy for HF-style knobs: temperature 0 is greedy; top_k 0 and top_p 1 are off."""
+    if not isinstance(temperature, (int, float)) or isinstance(temperature, bool) or \
+            not math.isfinite(temperature) or temperature < 0:
+        raise ValueError(f"temperature={temperature!r}: must be a finite number >= 0")
+    if not isinstance(top_k, int) or isinstance(top_k, bool) or top_k < 0:
+        raise ValueError(f"top_k={top_k!r}: must be an integer >= 0 (0 disables top-k)")
+    if not isinstance(top_p, (int, float)) or not 0.0 < top_p <= 1.0:
+        raise ValueError(f"top_p={top_p!r}: must be in (0, 1] (1 disables top-p)")
+    if temperature == 0:
+        return Greedy()
+    if top_p < 1.0:
+        return TopP(float(top_p), float(temperature), top_k)
+    if top_k > 0:
+        return TopK(top_k, float(temperature))
+    return Temperature(float(temperature))
+
+
+def token_logprobs(logits_BV, tokens_B):
+    """log_softmax(logits_BV)[b, tokens_B[b]] in float32 [B]: the temperature-1 log-prob."""
+    logp_BV = jax.nn.log_softmax(logits_BV.astype(jnp.float32), axis=-1)
+    return jnp.take_along_axis(logp_BV, tokens_B[:, None], axis=-1)[:, 0]
+
+
+def step_keys(base_keys_B2, index_B):
+    """The key for the `index_B`-th new token of each request: fold_in(request key, index)."""
+    return jax.vmap(jax.random.fold_in)(base_keys_B2, index_B.astype(jnp.uint32))

@@ -1,0 +1,36 @@
+"""Turning behavior rollouts into seeds (the truncation half of a refresh).
+
+The trainer snapshots pi_b, has the sampler write behavior responses and the learner compute their
+log-probs and entropies under pi_b; this module cuts each response into an independent seed. Each
+sample gets its own generator derived from (run seed, step, sample index), so seeds do not depend
+on batch composition or on how many hosts share the work.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from tseeds_jax.seeds import truncation
+from tseeds_jax.seeds.cache import SeedBatch
+
+_TRUNCATION_STREAM = 0x5EED
+
+
+def sample_rngs(run_seed: int, step: int, n: int) -> list[np.random.Generator]:
+    return [np.random.default_rng([run_seed, step, i, _TRUNCATION_STREAM]) for i in range(n)]
+
+
+def make_seed_batch(prompt_ids, references, responses: Sequence[Sequence[int]], logp_NR: np.ndarray,
+                    entropy_NR: np.ndarray, rule: truncation.TruncationRule, rngs) -> SeedBatch:
+    """Cuts N behavior responses into seeds, keeping the behavior log-probs of the kept tokens.
+
+    logp_NR / entropy_NR: learner statistics under pi_b, response-aligned (entry t is token t).
+    """
+    lengths = np.array([len(r) for r in responses], np.int32)
+    cut = truncation.seed_lengths(rule, lengths, entropy_NR, rngs)
+    seed_tokens = [list(r[:h]) for r, h in zip(responses, cut)]
+    seed_logp = [np.asarray(logp_NR[i, :h], np.float32) for i, h in enumerate(cut)]
+    return SeedBatch(prompt_ids=[list(p) for p in prompt_ids], references=list(references),
+                     seed_tokens=seed_tokens, seed_logp=seed_logp, behavior_lengths=lengths)
