@@ -114,8 +114,9 @@ def test_luffy_without_offpolicy_tokens_is_ppo_without_dual_clip():
 def test_gspo_matches_reference(name):
     with jax.enable_x64(True):
         lp, olp, A, m = make_batch(15)
-        olp = lp + np.random.default_rng(0).normal(scale=3e-4, size=lp.shape)  # ratios near 1
+        olp = lp + np.random.default_rng(0).normal(scale=1e-3, size=lp.shape)  # ratios near 1
         olp[0, 0] = lp[0, 0] - 80.0  # row 0: sequence log-ratio > 10 (the cap; no ±20 clamp)
+        olp[5] -= 1e-3  # row 5 (A > 0): s ≈ e^{1e-3} > 1 + ε_h, clipped
         A_BT = np.broadcast_to(A[:, None], lp.shape) * np.linspace(0.5, 1.5, lp.shape[1])
         # The cap only shows for A < 0 (A > 0 is clipped above anyway); small |A| keeps the loss
         # O(1) so that finite differences stay accurate.

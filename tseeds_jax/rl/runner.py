@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 from tseeds_jax.rl.config import TrainConfig
 from tseeds_jax.rl.setup import build_env
 from tseeds_jax.rl.state_io import RunCheckpointer
@@ -14,7 +16,8 @@ def make_trainer(cfg: TrainConfig, *, config_json: dict | None = None, checkpoin
     if checkpoints:
         env.checkpointer = RunCheckpointer(cfg.run_dir, keep_last=cfg.keep_checkpoints,
                                            response_width=cfg.rollout.max_response_len,
-                                           snapshots=cfg.seeds.snapshots, config_json=config_json)
+                                           snapshots=cfg.seeds.snapshots,
+                                           config_json=config_json or dataclasses.asdict(cfg))
     for k, v in (env_overrides or {}).items():
         setattr(env, k, v)
     return Trainer(cfg, env)
