@@ -141,8 +141,8 @@ def insert(prefix: Prefix, state: DecodeState, slot_P) -> DecodeState:
 
 
 def prefill_bucket(length: int, max_prefill_length: int) -> int:
-    """Padded prefill length: the next power of two >= length (min 8), capped at the maximum."""
-    return min(max(8, 1 << (max(length, 1) - 1).bit_length()), max_prefill_length)
+    """Padded prefill length: the next power of two >= length (min 16), capped at the maximum."""
+    return min(max(16, 1 << (max(length, 1) - 1).bit_length()), max_prefill_length)
 
 
 def cache_bucket(length: int) -> int:

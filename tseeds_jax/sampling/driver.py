@@ -180,7 +180,8 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens, tempera
 
 def _run(cfg, graphdef, params, strategy, stops, requests, slots, max_prefill):
     """Continuous batching over `slots`; yields (request, GenerationResult) as they finish."""
-    n_out = max(r.budget for r in requests)
+    # Output buffer length: a power of two (>= 16) so that nearby budgets share compiled code.
+    n_out = max(16, 1 << (max(r.budget for r in requests) - 1).bit_length())
     cache_len = core.cache_bucket(max(max(r.tokens.size + r.budget,
                                           core.prefill_bucket(r.tokens.size, max_prefill))
                                       for r in requests))

@@ -99,13 +99,14 @@ def agg_denominators(mask_BT: ArrayLike, *, loss_scale: float | None = None) -> 
     mask_BT = _check_mask(mask_BT)
     if loss_scale is not None and not loss_scale > 0:
         raise ValueError(f"loss_scale must be > 0, got {loss_scale!r}")
-    m = mask_BT.astype(jnp.float32)
-    n_tok = jnp.sum(m)
-    n_rows = jnp.sum((jnp.sum(m, axis=-1) > 0).astype(jnp.float32))
+    # Integer counts: a float32 sum of 0/1 stops being exact past 2^24 tokens.
+    valid = mask_BT > 0
+    n_tok = jnp.sum(valid, dtype=jnp.int32)
+    n_rows = jnp.sum(jnp.any(valid, axis=-1), dtype=jnp.int32)
     scale = float(mask_BT.shape[-1]) if loss_scale is None else float(loss_scale)
     return Denominators(
-        num_tokens=jnp.where(n_tok > 0, n_tok, 1.0),
-        num_rows=jnp.where(n_rows > 0, n_rows, 1.0),
+        num_tokens=jnp.maximum(n_tok, 1).astype(jnp.float32),
+        num_rows=jnp.maximum(n_rows, 1).astype(jnp.float32),
         loss_scale=jnp.asarray(scale, jnp.float32),
     )
 

@@ -99,7 +99,7 @@ def _gspo(inputs: LossInputs, hparams: GSPOHParams, denominators: Denominators, 
         log_s = gspo_token_log_ratio(inputs, hparams.log_ratio_cap)
     else:
         seq = sequence_log_ratio(inputs.logp_BT, inputs.old_logp_BT, inputs.mask_BT)
-        log_s = jnp.broadcast_to(seq, inputs.logp_BT.shape)
+        log_s = jnp.broadcast_to(jnp.minimum(seq, hparams.log_ratio_cap), inputs.logp_BT.shape)
     share, metrics = gspo_from_log_ratio(inputs, log_s, hparams, denominators=denominators)
     return finish(inputs, share, metrics, agg_mode=hparams.agg_mode, reg=hparams.reg,
                   denominators=denominators)

@@ -1,0 +1,144 @@
+"""Supervised warm start of the demo's base policy on worked chain-sum solutions.
+
+Letters: B sequences per batch, P prompt width (left-padded), R response width (right-padded),
+T = P + R, V vocabulary.
+
+The base policy must be right sometimes but not always, so that RL has groups with mixed rewards
+to learn from. The demonstrations therefore inject step errors (each intermediate result is off
+by ±1-2 with probability `error_rate`, and the chain continues from the wrong value): the warmed
+model learns a noisy policy whose sampled accuracy sits well below its greedy accuracy, which is
+the headroom that reward-driven training can remove. The sequence layout is the learner's
+([pad.. prompt | response ..pad], positions counted over real tokens), so the positions the base
+was trained on are the ones the sampler and the RL learner use.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+import zlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+from tseeds_jax.data.compact_arith import CompactChainSum, worked_solution
+
+
+def is_held_out(prompt: str, modulus: int = 8) -> bool:
+    """Held-out split by a hash of the prompt text: never used for warm-up or RL prompts."""
+    return zlib.crc32(prompt.encode()) % modulus == 0
+
+
+class SplitSource:
+    """The examples of a `CompactChainSum` on one side of the prompt-hash split.
+
+    Index i maps to the first example at or after i (cyclically) on the requested side, so the
+    source stays indexable without enumerating the whole range up front.
+    """
+
+    def __init__(self, source: CompactChainSum, *, held_out: bool):
+        self.source, self.held_out = source, held_out
+
+    def __len__(self) -> int:
+        return len(self.source)
+
+    def __getitem__(self, index: int):
+        n = len(self.source)
+        for j in range(n):
+            ex = self.source[(int(index) + j) % n]
+            if is_held_out(ex["prompt"]) == self.held_out:
+                return ex
+        raise IndexError("SplitSource: no example on the requested side of the split")
+
+    def solution(self, index: int, **kwargs) -> str:
+        return self.source.solution(index, **kwargs)
+
+    @staticmethod
+    def alphabet() -> str:
+        return CompactChainSum.alphabet()
+
+
+@dataclasses.dataclass(frozen=True)
+class WarmStartConfig:
+    steps: int = 1500  # optimizer steps
+    batch_size: int = 64  # B sequences per step
+    lr: float = 2e-3  # peak AdamW learning rate (cosine decay to 10%)
+    warmup: int = 50
+    error_rate: float = 0.25  # probability that a demonstrated step result is off by ±1-2
+    seed: int = 0
+    time_limit_s: float = 0.0  # stop early after this many seconds (0: no limit)
+
+
+def encode_example(tok, prompt: str, solution: str) -> tuple[list[int], list[int]]:
+    return tok.encode(prompt), tok.encode(solution) + [tok.eos_id]
+
+
+def make_batch(pairs, prompt_width: int, response_width: int, pad_id: int):
+    """(tokens_BT, attn_BT, loss_mask_BT) in the learner's layout; the loss covers the response."""
+    b = len(pairs)
+    t = prompt_width + response_width
+    tokens = np.full((b, t), pad_id, np.int32)
+    attn = np.zeros((b, t), np.int32)
+    loss = np.zeros((b, t), np.float32)
+    for i, (p, r) in enumerate(pairs):
+        r = r[:response_width]
+        tokens[i, prompt_width - len(p):prompt_width] = p
+        attn[i, prompt_width - len(p):prompt_width + len(r)] = 1
+        tokens[i, prompt_width:prompt_width + len(r)] = r
+        loss[i, prompt_width:prompt_width + len(r)] = 1
+    return tokens, attn, loss
+
+
+def _sft_loss(params, graphdef, tokens_BT, attn_BT, loss_BT):
+    model = nnx.merge(graphdef, params)
+    logits_BTV = model(tokens_BT[:, :-1], attn_mask_BT=attn_BT[:, :-1])
+    logp_BTV = jax.nn.log_softmax(logits_BTV, axis=-1)
+    tgt_BT = tokens_BT[:, 1:]
+    nll_BT = -jnp.take_along_axis(logp_BTV, tgt_BT[..., None], axis=-1)[..., 0]
+    m_BT = loss_BT[:, 1:]
+    return jnp.sum(nll_BT * m_BT) / jnp.maximum(jnp.sum(m_BT), 1.0)
+
+
+def warm_start(model, tok, source, cfg: WarmStartConfig, *, prompt_width: int,
+               response_width: int, progress=None):
+    """Trains `model` (in place semantics: returns the new params) on demonstrations from
+    `source` (a SplitSource on the training side). Returns (graphdef, params, info)."""
+    graphdef, params = nnx.split(model)
+    sched = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, cfg.warmup, max(cfg.steps, cfg.warmup + 1),
+                                               end_value=cfg.lr * 0.1)
+    tx = optax.chain(optax.clip_by_global_norm(1.0), optax.adamw(sched, weight_decay=0.0))
+    opt_state = tx.init(params)
+
+    @jax.jit
+    def step(params, opt_state, tokens, attn, loss_mask):
+        loss, grads = jax.value_and_grad(_sft_loss)(params, graphdef, tokens, attn, loss_mask)
+        updates, opt_state = tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    rng = np.random.default_rng([cfg.seed, 0x5F7])
+    t0 = time.perf_counter()
+    losses = []
+    done = 0
+    for i in range(cfg.steps):
+        pairs = []
+        for _ in range(cfg.batch_size):
+            idx = int(rng.integers(len(source)))
+            ex = source[idx]
+            terms = ex["meta"]["terms"]
+            sol = worked_solution(terms, error_rate=cfg.error_rate, rng=rng)
+            pairs.append(encode_example(tok, ex["prompt"], sol))
+        batch = make_batch(pairs, prompt_width, response_width, tok.pad_id)
+        params, opt_state, loss = step(params, opt_state, *batch)
+        done = i + 1
+        if i % 25 == 0 or i == cfg.steps - 1:
+            losses.append(float(loss))
+            if progress is not None:
+                progress(done, cfg.steps, losses[-1])
+        if cfg.time_limit_s and time.perf_counter() - t0 > cfg.time_limit_s:
+            break
+    info = {"steps": done, "seconds": time.perf_counter() - t0,
+            "final_loss": float(loss), "loss_curve": losses}
+    return graphdef, params, info
