@@ -6,10 +6,9 @@ import numpy as np
 import pytest
 from safetensors.numpy import save_file
 
-from tseeds_jax.hf import ConversionError, MissingFileError, from_pretrained, hf_to_orbax
+from tseeds_jax.hf import ConversionError, MissingFileError, from_pretrained, hf_to_orbax, save_pretrained
 from tseeds_jax.hf import cli as convert_cli
 from tseeds_jax.hf import safetensors_io as st
-from tseeds_jax.hf import save_pretrained
 from tseeds_jax.hf.testing import write_random_hf_folder
 from tseeds_jax.model import ConfigError, ModelConfig
 

@@ -14,8 +14,8 @@ from jax.sharding import PartitionSpec
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from tseeds_jax.hf import from_pretrained, load_checkpoint_model, save_pretrained  # noqa: E402
 from tseeds_jax.hf import cli as convert_cli  # noqa: E402
+from tseeds_jax.hf import from_pretrained, load_checkpoint_model, save_pretrained  # noqa: E402
 from tseeds_jax.hf import safetensors_io as st  # noqa: E402
 from tseeds_jax.hf.testing import hf_reference_model  # noqa: E402
 from tseeds_jax.model.sharding import make_mesh  # noqa: E402

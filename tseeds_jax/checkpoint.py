@@ -2,7 +2,7 @@
 
 Layout of a checkpoint directory (local path or anything etils.epath accepts, e.g. gs://):
 
-    DIR/<step>/state/...        the pytree (Orbax StandardSave: jax/numpy arrays, scalars)
+    DIR/<step>/state/...        the pytree (Orbax PyTreeSave: jax/numpy arrays, scalars)
     DIR/<step>/meta/...         a JSON-able dict (config, data position, metrics...)
     DIR/historical/<name>/...   same two items; named, never garbage-collected
 
@@ -13,7 +13,9 @@ stay until `delete_historical` removes them.
 
 Restoring onto a layout: pass `target`, a pytree with the saved structure whose leaves are
 arrays or `jax.ShapeDtypeStruct`s carrying the wanted `sharding` (see `abstract_target`); the
-arrays come back sharded that way, whatever the mesh was at save time.
+arrays come back sharded that way, whatever the mesh was at save time, and containers come back
+as the target's types (optax states, int dict keys). Without a target, arrays come back with
+their saved layout and containers as dicts/lists with string keys.
 """
 
 from __future__ import annotations
@@ -60,24 +62,57 @@ def abstract_target(tree, shardings=None):
     return jax.tree.map(one, tree, shardings)
 
 
+def _savable(tree):
+    # Orbax's standard handler takes arrays and Python scalars but not numpy scalars
+    # (np.float32(...)); they travel as 0-d arrays and `_unsavable` turns them back.
+    return jax.tree.map(lambda x: np.asarray(x) if isinstance(x, np.generic) else x, tree)
+
+
+def _unsavable(restored, target):
+    if target is None:
+        return restored
+    return jax.tree.map(lambda r, t: t.dtype.type(r) if isinstance(t, np.generic) else r,
+                        restored, target)
+
+
+def _handler(compress: bool) -> ocp.CompositeCheckpointHandler:
+    return ocp.CompositeCheckpointHandler(**_item_handlers(compress))
+
+
+def _item_handlers(compress: bool) -> dict:
+    return {STATE: ocp.PyTreeCheckpointHandler(use_compression=compress),
+            META: ocp.JsonCheckpointHandler()}
+
+
 def _restore_args(target):
-    state = ocp.args.StandardRestore(target) if target is not None else ocp.args.StandardRestore()
+    if target is None:
+        state = ocp.args.PyTreeRestore()
+    else:
+        target = _savable(target)
+        state = ocp.args.PyTreeRestore(
+            item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target))
     return ocp.args.Composite(**{STATE: state, META: ocp.args.JsonRestore()})
 
 
 def _save_args(state, meta):
     if meta is not None and not isinstance(meta, dict):
         raise TypeError(f"meta must be a JSON-able dict, got {type(meta).__name__}")
-    return ocp.args.Composite(**{STATE: ocp.args.StandardSave(state),
+    return ocp.args.Composite(**{STATE: ocp.args.PyTreeSave(_savable(state)),
                                  META: ocp.args.JsonSave(dict(meta or {}))})
 
 
-def save_pytree(path, state, meta: dict | None = None, *, overwrite: bool = False) -> epath.Path:
-    """Writes one standalone checkpoint (state pytree + JSON meta) at `path`, atomically."""
+def save_pytree(path, state, meta: dict | None = None, *, overwrite: bool = False,
+                compress: bool = True) -> epath.Path:
+    """Writes one standalone checkpoint (state pytree + JSON meta) at `path`, atomically.
+
+    compress: zstd-compress array chunks (Orbax's default). Model weights barely compress and
+    compression buffers cost about one extra copy of the arrays in host memory, so the model
+    converter passes False.
+    """
     path = _path(path)
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path}: checkpoint already exists (pass overwrite=True)")
-    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
+    with ocp.Checkpointer(_handler(compress)) as ckptr:
         ckptr.save(path, args=_save_args(state, meta), force=overwrite)
     return path
 
@@ -87,9 +122,9 @@ def restore_pytree(path, target=None) -> tuple[Any, dict]:
     path = _path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no checkpoint there")
-    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
+    with ocp.Checkpointer(_handler(True)) as ckptr:
         out = ckptr.restore(path, args=_restore_args(target))
-    return out[STATE], dict(out[META] or {})
+    return _unsavable(out[STATE], target), dict(out[META] or {})
 
 
 def read_meta(path) -> dict:
@@ -97,7 +132,7 @@ def read_meta(path) -> dict:
     path = _path(path)
     if not path.exists():
         raise FileNotFoundError(f"{path}: no checkpoint there")
-    with ocp.Checkpointer(ocp.CompositeCheckpointHandler()) as ckptr:
+    with ocp.Checkpointer(_handler(True)) as ckptr:
         out = ckptr.restore(path, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))
     return dict(out[META] or {})
 
@@ -122,13 +157,13 @@ class Checkpoints:
         options = ocp.CheckpointManagerOptions(max_to_keep=keep_last, create=True,
                                                enable_async_checkpointing=async_save)
         self._manager = ocp.CheckpointManager(self.directory, options=options,
-                                              item_names=(STATE, META))
+                                              item_handlers=_item_handlers(True))
 
     # ---- numbered steps ----
     def save(self, step: int, state, meta: dict | None = None, *, force: bool = True) -> bool:
         """Saves `state` and `meta` as step `step`; returns whether a checkpoint was written.
 
-        A step that already exists is an error (Orbax refuses to overwrite).
+        A step that already exists is an error (Orbax's StepAlreadyExistsError).
         """
         if not isinstance(step, int | np.integer) or step < 0:
             raise ValueError(f"step={step!r}: must be a non-negative int")
@@ -144,7 +179,7 @@ class Checkpoints:
             raise FileNotFoundError(f"{self.directory}: no checkpoint for step {step}; "
                                     f"available: {self.steps()}")
         out = self._manager.restore(int(step), args=_restore_args(target))
-        return out[STATE], dict(out[META] or {})
+        return _unsavable(out[STATE], target), dict(out[META] or {})
 
     def read_meta(self, step: int | None = None) -> dict:
         step = self.latest_step() if step is None else step

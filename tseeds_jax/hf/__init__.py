@@ -7,12 +7,18 @@ Conversion streams tensor by tensor (safetensors `safe_open`, bounded output sha
 output folder is written next to its destination and renamed when complete.
 """
 
-from tseeds_jax.hf.convert import (from_pretrained, load_config, model_from_params, params_of,
-                                   read_params, save_pretrained, write_params)
+from tseeds_jax.hf.convert import (
+                                   from_pretrained,
+                                   load_config,
+                                   model_from_params,
+                                   params_of,
+                                   read_params,
+                                   save_pretrained,
+                                   write_params,
+)
 from tseeds_jax.hf.errors import ConversionError, MissingFileError
 from tseeds_jax.hf.files import TOKENIZER_FILES, copy_tokenizer_files
-from tseeds_jax.hf.orbax_io import (hf_to_orbax, load_checkpoint_model, orbax_to_hf,
-                                    save_checkpoint_model)
+from tseeds_jax.hf.orbax_io import hf_to_orbax, load_checkpoint_model, orbax_to_hf, save_checkpoint_model
 
 __all__ = [
     "ConversionError", "MissingFileError", "TOKENIZER_FILES", "copy_tokenizer_files",

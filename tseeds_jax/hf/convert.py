@@ -22,8 +22,14 @@ from flax import nnx
 from tseeds_jax.hf import safetensors_io as st
 from tseeds_jax.hf.errors import ConversionError, MissingFileError
 from tseeds_jax.hf.files import atomic_output_dir, copy_tokenizer_files
-from tseeds_jax.hf.mapping import (IGNORED_SUFFIXES, TensorSpec, config_summary, get_path,
-                                   set_path, tensor_specs)
+from tseeds_jax.hf.mapping import (
+    IGNORED_SUFFIXES,
+    TensorSpec,
+    config_summary,
+    get_path,
+    set_path,
+    tensor_specs,
+)
 from tseeds_jax.model.config import ModelConfig
 from tseeds_jax.model.sharding import abstract_model, pure_shardings
 from tseeds_jax.model.transformer import Transformer
@@ -116,14 +122,13 @@ def _first(names: list[str], n: int = 5) -> str:
     return shown + (f", ... ({len(names)} in all)" if len(names) > n else "")
 
 
-def read_params(path: str | os.PathLike, cfg: ModelConfig, *, shardings: Mapping | None = None,
-                to_device: bool = True) -> dict:
+def read_params(path: str | os.PathLike, cfg: ModelConfig, *, shardings=None) -> dict:
     """Parameters of the HF folder `path` as a nested dict (the `nnx.to_pure_dict` layout).
 
-    Each array is cast to `cfg.param_dtype`. `shardings`: a nested dict of shardings with the
-    same layout (e.g. `pure_shardings(...)`) to place each tensor directly on a mesh; None puts
-    them on the default device. `to_device=False` keeps host numpy arrays (for conversion
-    straight into a checkpoint without a device copy).
+    Each array is cast to `cfg.param_dtype` and placed before the next one is read.
+    shardings: None (default device), one `jax.sharding.Sharding` for every array, or a nested
+    dict of shardings with the parameter layout (e.g. `pure_shardings(...)`) to place each
+    tensor directly on a mesh.
     """
     files, specs = check_weights(path, cfg)
     target = st.np_dtype(cfg.param_dtype)
@@ -133,10 +138,12 @@ def read_params(path: str | os.PathLike, cfg: ModelConfig, *, shardings: Mapping
         spec = by_name[name]
         arr = spec.to_ours(raw).astype(target, copy=False)
         del raw
-        if to_device:
-            sharding = get_path(shardings, spec.path) if shardings is not None else None
-            arr = jax.device_put(arr, sharding)
-        set_path(params, spec.path, arr)
+        if shardings is None or isinstance(shardings, jax.sharding.Sharding):
+            sharding = shardings
+        else:
+            sharding = get_path(shardings, spec.path)
+        set_path(params, spec.path, jax.device_put(arr, sharding))
+        del arr
     return params
 
 
@@ -146,7 +153,8 @@ def model_from_params(cfg: ModelConfig, params: Mapping) -> Transformer:
     try:
         nnx.replace_by_pure_dict(state, params)
     except (KeyError, ValueError) as e:
-        raise ConversionError(f"parameters do not match the model of {config_summary(cfg)}: {e}")
+        raise ConversionError(
+            f"parameters do not match the model of {config_summary(cfg)}: {e}") from None
     return nnx.merge(graphdef, state)
 
 

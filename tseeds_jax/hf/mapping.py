@@ -52,7 +52,7 @@ def tensor_specs(cfg: ModelConfig) -> list[TensorSpec]:
     for i in range(cfg.num_hidden_layers):
         p, a, m = f"model.layers.{i}.", ("layers", i, "attn"), ("layers", i, "mlp")
 
-        def add(name, path, hf_shape, shape, transpose):
+        def add(name, path, hf_shape, shape, transpose, p=p):
             specs.append(TensorSpec(p + name, path, hf_shape, shape, transpose))
 
         add("input_layernorm.weight", ("layers", i, "attn_norm", "scale"), (d,), (d,), False)

@@ -22,9 +22,17 @@ from flax import nnx
 
 from tseeds_jax import checkpoint
 from tseeds_jax.hf import safetensors_io as st
-from tseeds_jax.hf.convert import (CONFIG_FILE, DEFAULT_MAX_SHARD_SIZE, check_weights,
-                                   hf_config_dict, load_config, model_from_params, params_of,
-                                   read_params, write_params)
+from tseeds_jax.hf.convert import (
+    CONFIG_FILE,
+    DEFAULT_MAX_SHARD_SIZE,
+    check_weights,
+    hf_config_dict,
+    load_config,
+    model_from_params,
+    params_of,
+    read_params,
+    write_params,
+)
 from tseeds_jax.hf.errors import ConversionError, MissingFileError
 from tseeds_jax.hf.files import atomic_output_dir, copy_tokenizer_files
 from tseeds_jax.model.config import ModelConfig
@@ -34,6 +42,15 @@ from tseeds_jax.model.transformer import Transformer
 PARAMS_DIR = "params"
 FORMAT = "tseeds_jax.model_checkpoint"
 VERSION = 1
+
+
+def _host_sharding() -> jax.sharding.SingleDeviceSharding:
+    """The host CPU device: conversion never needs (or fits on) an accelerator."""
+    try:
+        device = jax.local_devices(backend="cpu")[0]
+    except RuntimeError:
+        device = jax.devices()[0]
+    return jax.sharding.SingleDeviceSharding(device)
 
 
 def stored_dtype(hf_dir: str | os.PathLike) -> str:
@@ -48,7 +65,8 @@ def stored_dtype(hf_dir: str | os.PathLike) -> str:
 def _write_checkpoint(tmp: Path, params, cfg: ModelConfig, dtype: str) -> None:
     hf_cfg = hf_config_dict(cfg, dtype)
     meta = {"format": FORMAT, "version": VERSION, "model_config": hf_cfg}
-    checkpoint.save_pytree(tmp / PARAMS_DIR, params, meta)
+    # Uncompressed: weights barely compress, and compression buffers would cost host memory.
+    checkpoint.save_pytree(tmp / PARAMS_DIR, params, meta, compress=False)
     (tmp / CONFIG_FILE).write_text(json.dumps(hf_cfg, indent=2) + "\n")
 
 
@@ -57,13 +75,16 @@ def hf_to_orbax(hf_dir: str | os.PathLike, out_dir: str | os.PathLike, *, dtype:
     """Converts an HF folder into a model checkpoint folder (layout in the module doc).
 
     dtype: stored parameter dtype; None keeps the HF weights' dtype. Tensors stream from the
-    safetensors files into host memory once (no device copy) and are then written by Orbax.
+    safetensors files into host CPU arrays one at a time (the parameters are held once), then
+    Orbax writes them.
     """
     dtype = dtype or stored_dtype(hf_dir)
     cfg = load_config(hf_dir, dtype=dtype)
     check_weights(hf_dir, cfg)  # fail before creating anything
     with atomic_output_dir(out_dir, overwrite=overwrite) as tmp:
-        params = read_params(hf_dir, cfg, to_device=False)
+        # Host CPU arrays: Orbax writes jax arrays without another host copy (numpy leaves
+        # cost an extra copy of everything in flight).
+        params = read_params(hf_dir, cfg, shardings=_host_sharding())
         _write_checkpoint(tmp, params, cfg, dtype)
         del params
         copy_tokenizer_files(hf_dir, tmp)
@@ -122,11 +143,7 @@ def orbax_to_hf(ckpt_dir: str | os.PathLike, out_dir: str | os.PathLike, *, dtyp
     """Rebuilds an HF folder (config.json, safetensors, tokenizer files) from a model checkpoint
     folder. dtype: stored dtype of the HF weights; None keeps the checkpoint's."""
     ckpt_dir = Path(ckpt_dir)
-    try:
-        host = jax.local_devices(backend="cpu")[0]  # conversion never needs an accelerator
-    except RuntimeError:
-        host = None
-    model = load_checkpoint_model(ckpt_dir, device=host)
+    model = load_checkpoint_model(ckpt_dir, device=_host_sharding().device_set.pop())
     with atomic_output_dir(out_dir, overwrite=overwrite) as tmp:
         write_params(params_of(model), model.cfg, tmp, dtype=dtype, max_shard_size=max_shard_size)
         copy_tokenizer_files(ckpt_dir, tmp)

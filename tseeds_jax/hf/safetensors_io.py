@@ -1,8 +1,8 @@
 """Streaming safetensors I/O: read one tensor at a time, write tensor by tensor in bounded shards.
 
-Reading uses `safetensors.safe_open` (memory-mapped; one tensor materialised at a time). Its
-numpy backend cannot represent bfloat16, so tensors are read through the flax backend pinned to
-the host CPU device and viewed as numpy (ml_dtypes) arrays.
+Reading uses `safetensors.safe_open` (memory-mapped; one tensor materialised at a time) with
+its numpy backend; that backend cannot represent bfloat16, so bf16 tensors are read through the
+flax backend pinned to the host CPU device and copied into numpy (ml_dtypes) arrays.
 
 Writing streams: the header of each shard is computed from the planned shapes and dtypes, then
 every tensor is produced, written and dropped before the next one, so peak host memory is one
@@ -133,15 +133,26 @@ def _host_default_device():
 
 
 def iter_tensors(files: dict[str, Path], names: Sequence[str]) -> Iterator[tuple[str, np.ndarray]]:
-    """Yields (name, host numpy array) for `names`, one at a time, opening each file once."""
+    """Yields (name, host numpy array) for `names`, one at a time, opening each file once.
+
+    numpy backend for every dtype it knows; bfloat16 goes through the flax backend on the host
+    CPU device and is copied out at once (the device buffer is freed before the next tensor).
+    """
     order: dict[Path, list[str]] = {}
     for name in names:
         order.setdefault(files[name], []).append(name)
-    with _host_default_device():
-        for path, group in order.items():
-            with safe_open(path, framework="flax") as f:
-                for name in group:
-                    yield name, np.asarray(f.get_tensor(name))
+    for path, group in order.items():
+        with safe_open(path, framework="numpy") as f:
+            bf16 = {n for n in group if f.get_slice(n).get_dtype() == "BF16"}
+            for name in group:
+                if name not in bf16:
+                    yield name, f.get_tensor(name)
+                    continue
+                with _host_default_device(), safe_open(path, framework="flax") as g:
+                    t = g.get_tensor(name)
+                    arr = np.array(t)
+                    del t
+                yield name, arr
 
 
 # ---------------------------------------------------------------- writing

@@ -11,11 +11,13 @@ import dataclasses
 from typing import Any
 
 import ml_collections
+from ml_collections import config_dict
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
 TRUNCATIONS = ("ratio", "entropy")
 VARIANTS = ("state+action", "state")
 OLD_LOGP_MODES = ("auto", "shortcut", "recompute")
+OFFPOLICY_MISSING = ("error", "on_policy")
 
 
 class ConfigValueError(ValueError):
@@ -25,6 +27,7 @@ class ConfigValueError(ValueError):
 def default_config() -> ml_collections.ConfigDict:
     c = ml_collections.ConfigDict()
     c.seed = 0  # run seed: data order, sampling and truncation all derive from it
+    c.method = ""  # run label in metrics/reports ("" derives it: loss name, +seeds, +stale<s>)
     c.run_dir = "runs/default"  # checkpoints, metrics.jsonl, TensorBoard events
     c.steps = 20  # training steps (one step = one batch of B prompts x G responses)
 
@@ -69,13 +72,24 @@ def default_config() -> ml_collections.ConfigDict:
 
     c.loss = ml_collections.ConfigDict()
     c.loss.name = "dapo"  # a registered loss (tseeds_jax.rl.losses.get)
-    c.loss.clip_low = 0.2
-    c.loss.clip_high = 0.28
+    # None keeps the loss's own clip range (dapo 0.2/0.28, gspo 3e-4/4e-4; rl/family.py); a number
+    # overrides it for every loss that has the field.
+    c.loss.clip_low = config_dict.placeholder(float)
+    c.loss.clip_high = config_dict.placeholder(float)
     c.loss.clip_c = 10.0  # dual clip for negative advantages (DAPO recipe value)
     c.loss.agg_mode = "token-mean"
     c.loss.entropy_coef = 0.0
     c.loss.kl_coef = 0.0  # KL to the initial (reference) policy; 0 disables the reference model
     c.loss.kl_type = "k3"
+    c.loss.params = ml_collections.ConfigDict({}, type_safe=False)  # loss-specific hparams by field
+    c.loss.loss_scale = 0.0  # seq-mean-token-sum-norm constant (LUFFY/Dr.GRPO); 0: max_response_len
+
+    c.offpolicy = ml_collections.ConfigDict()  # LUFFY: 1 off-policy trace + G-1 on-policy per group
+    c.offpolicy.source = ""  # "" off | "jsonl:PATH" | "model:hf:DIR" | "model:orbax:DIR" | "model:run:DIR"
+    c.offpolicy.on_missing = "error"  # prompt without a trace: "error" | "on_policy" (G on-policy)
+
+    c.stale = ml_collections.ConfigDict()  # M2PO: train on stale rollouts
+    c.stale.steps = 0  # s: train step k on the batch generated at step k - s (0: on-policy)
 
     c.advantage = ml_collections.ConfigDict()
     c.advantage.norm_by_std = True  # GRPO (True) or Dr.GRPO (False)
@@ -150,13 +164,26 @@ class SeedsConfig:
 @dataclasses.dataclass(frozen=True)
 class LossConfig:
     name: str
-    clip_low: float
-    clip_high: float
+    clip_low: float | None  # None: the loss's own default (rl/family.py)
+    clip_high: float | None
     clip_c: float
     agg_mode: str
     entropy_coef: float
     kl_coef: float
     kl_type: str
+    params: dict[str, Any] = dataclasses.field(default_factory=dict)  # loss-specific hparams
+    loss_scale: float = 0.0  # sum-norm constant; 0: max_response_len
+
+
+@dataclasses.dataclass(frozen=True)
+class OffPolicyConfig:
+    source: str = ""  # LUFFY trace source ("" off)
+    on_missing: str = "error"
+
+
+@dataclasses.dataclass(frozen=True)
+class StaleConfig:
+    steps: int = 0  # M2PO stale-rollout lag s
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,6 +234,15 @@ class TrainConfig:
     keep_checkpoints: int
     log_every: int
     progress: bool
+    method: str = ""  # run label ("" derived; see `method_label`)
+    offpolicy: OffPolicyConfig = OffPolicyConfig()
+    stale: StaleConfig = StaleConfig()
+
+    @property
+    def method_label(self) -> str:
+        from tseeds_jax.rl.family import derived_method
+
+        return self.method or derived_method(self)
 
     @property
     def seeded(self) -> bool:
@@ -222,7 +258,9 @@ class TrainConfig:
             loss=LossConfig(**d["loss"]), advantage=AdvantageConfig(**d["advantage"]),
             optim=OptimConfig(**d["optim"]), mesh=dict(d["mesh"]),
             checkpoint_every=d["checkpoint_every"], keep_checkpoints=d["keep_checkpoints"],
-            log_every=d["log_every"], progress=d["progress"])
+            log_every=d["log_every"], progress=d["progress"], method=d.get("method", ""),
+            offpolicy=OffPolicyConfig(**d.get("offpolicy", {})),
+            stale=StaleConfig(**d.get("stale", {})))
         cfg.validate()
         return cfg
 
@@ -259,14 +297,15 @@ class TrainConfig:
             bad("loss.name", lo.name, f"unknown loss; registered: {sorted(losses.names())}")
         if lo.agg_mode not in LOSS_AGG_MODES:
             bad("loss.agg_mode", lo.agg_mode, f"unknown mode; known: {LOSS_AGG_MODES}")
-        if not 0 <= lo.clip_low < 1:
-            bad("loss.clip_low", lo.clip_low, "must be in [0, 1)")
-        if lo.clip_high < 0:
-            bad("loss.clip_high", lo.clip_high, "must be >= 0")
+        if lo.clip_low is not None and not 0 <= lo.clip_low < 1:
+            bad("loss.clip_low", lo.clip_low, "must be in [0, 1) (or None: the loss's default)")
+        if lo.clip_high is not None and lo.clip_high < 0:
+            bad("loss.clip_high", lo.clip_high, "must be >= 0 (or None: the loss's default)")
         if lo.clip_c <= 1:
             bad("loss.clip_c", lo.clip_c, "dual-clip constant must be > 1")
         if lo.kl_type not in ("k1", "k2", "k3", "abs", "kl", "mse", "low_var_kl"):
             bad("loss.kl_type", lo.kl_type, "unknown KL estimator")
+        self._validate_family()
         positive_int("advantage.max_gen_batches", a.max_gen_batches)
         if a.overlong_buffer < 0 or a.overlong_buffer >= r.max_response_len:
             bad("advantage.overlong_buffer", a.overlong_buffer,
@@ -296,3 +335,46 @@ class TrainConfig:
             v = self.mesh.get(axis)
             if not isinstance(v, int) or (v < 1 and v != -1):
                 bad(f"mesh.{axis}", v, "must be a positive integer or -1 (fill)")
+
+    def _validate_family(self) -> None:
+        """Loss hparams, method label, LUFFY trace source and M2PO stale mode (rl/family.py)."""
+        from tseeds_jax.rl import family
+
+        def bad(field, value, why):
+            raise ConfigValueError(f"config.{field}={value!r}: {why}")
+
+        lo, op, st = self.loss, self.offpolicy, self.stale
+        if not isinstance(lo.params, dict):
+            bad("loss.params", lo.params, "must be a dict of the loss's hparams")
+        family.from_loss_config(lo)  # raises ConfigValueError naming the field
+        if not isinstance(lo.loss_scale, (int, float)) or lo.loss_scale < 0:
+            bad("loss.loss_scale", lo.loss_scale, "must be >= 0 (0: max_response_len)")
+        if not isinstance(self.method, str):
+            bad("method", self.method, "must be a string label")
+        if not isinstance(op.source, str):
+            bad("offpolicy.source", op.source, "must be a string")
+        if op.source:
+            if not op.source.startswith(("jsonl:", "model:")) or len(op.source.split(":", 1)[1]) == 0:
+                bad("offpolicy.source", op.source,
+                    "expected 'jsonl:PATH' or 'model:hf:DIR' / 'model:orbax:DIR' / 'model:run:DIR'")
+            if lo.name != "luffy":
+                bad("offpolicy.source", op.source,
+                    f"off-policy traces have no behavior log-probs; they need loss.name='luffy' "
+                    f"(got {lo.name!r})")
+            if self.rollout.group_size < 2:
+                bad("rollout.group_size", self.rollout.group_size,
+                    "LUFFY groups need >= 2 samples (1 off-policy + G-1 on-policy)")
+        if op.on_missing not in OFFPOLICY_MISSING:
+            bad("offpolicy.on_missing", op.on_missing, f"known: {OFFPOLICY_MISSING}")
+        if not isinstance(st.steps, int) or isinstance(st.steps, bool) or st.steps < 0:
+            bad("stale.steps", st.steps, "must be an integer >= 0")
+        if st.steps:
+            if self.seeds.refresh_interval > 1:
+                bad("stale.steps", st.steps,
+                    "stale rollouts and Thinking Seeds refreshes do not combine (set "
+                    "seeds.refresh_interval=1)")
+            if self.optim.old_logp == "shortcut":
+                bad("optim.old_logp", self.optim.old_logp,
+                    "stale rollouts need the generation-time log-probs ('auto' or 'recompute')")
+        if lo.name == "sis" and lo.params.get("scope") == "seed" and self.seeds.refresh_interval < 2:
+            bad("loss.params.scope", "seed", "SIS on seed tokens needs seeds.refresh_interval > 1")

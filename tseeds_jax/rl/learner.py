@@ -1,13 +1,28 @@
 """The learner: token statistics through the fused kernel, and the jitted update step.
 
 Letters: B sequences in a batch, P prompt width (left-padded), R response width (right-padded),
-T = P + R, D model width, M mini-batches per batch, U micro-batches per mini-batch.
+T = P + R, D model width, M mini-batches per batch, U micro-batches per mini-batch, K SIS top-K.
 
 Batch layout. Every sequence is `[pad.. prompt | response ..pad]`: prompts are left-padded to P and
 responses (seed + continuation) right-padded to R, so response token r of every row sits at column
 P + r and is predicted by the hidden state at column P + r - 1. Per-token arrays are response-aligned
 [B, R]. The LM head is fused into `tseeds_jax.kernels.logprob_entropy`, so no [tokens, vocab]
 logits exist anywhere in training.
+
+Loss-family plumbing (rl/family.py for the config side):
+  * whole-mini-batch selections: M2PO's keep mask and STARE's top-P reweighting are properties of
+    the mini-batch (one optimizer step). With one micro-batch the loss computes them itself; with
+    U > 1 micro-batches a no-grad pass over the mini-batch's micro-batches (at the parameters of
+    that update) computes them once and feeds every micro-batch its rows (exact micro-batching).
+  * STARE's gate reads the token-mean entropy of the whole batch from the pre-update pass: with a
+    single update and micro-batch, the loss's own forward *is* that pass; otherwise a no-grad pass
+    over the batch at the step's initial parameters computes it. Reported as `stare_entropy_mean`.
+  * SIS: the proposal's top-K at each position comes from the batch (`topk_*`, where
+    `topk_valid_BR`: seed tokens' pi_b top-K from the refresh, or pi_old's from the recompute /
+    stale generation pass) or, with the on-policy shortcut, from the current parameters (= pi_old
+    there); the current policy's log-probs at those ids come from `kernels.topk` (no [N, V]
+    logits). Uniforms: `fold_in(rng, update index)`, drawn per mini-batch row, so they do not
+    depend on the micro-batch size.
 """
 
 from __future__ import annotations
@@ -24,7 +39,8 @@ import optax
 from flax import nnx
 
 from tseeds_jax import kernels
-from tseeds_jax.rl import losses
+from tseeds_jax.kernels.topk import gather_logprobs, topk_logprobs
+from tseeds_jax.rl import family, losses
 from tseeds_jax.rl.config import LossConfig, OptimConfig
 
 NUM_POS_BINS = 10  # positional profiles in 10% bins of relative position (paper Figures 3-4)
@@ -43,6 +59,9 @@ class LearnerBatch:
     old_logp_BR: Any  # float32, log pi_old from a recompute pass (read when old_logp=recompute)
     ref_logp_BR: Any  # float32, reference log-probs (read when kl_coef > 0)
     advantages_B: Any  # float32
+    topk_ids_BRK: Any = None  # int32 proposal top-K ids (SIS only)
+    topk_logp_BRK: Any = None  # float32 proposal log-probs at those ids (SIS only)
+    topk_valid_BR: Any = None  # float32, 1 where topk_* hold the proposal (SIS only)
 
     @property
     def response_width(self) -> int:
@@ -81,29 +100,34 @@ def make_optimizer(ocfg: OptimConfig, params) -> optax.GradientTransformation:
 
 
 def loss_hparams(lcfg: LossConfig):
-    """The registered loss's hparams with the config's clip / aggregation / regulariser values."""
-    spec = losses.get(lcfg.name)
-    fields = {f.name for f in dataclasses.fields(spec.hparams_cls)}
-    values = dict(clip_low=lcfg.clip_low, clip_high=lcfg.clip_high, clip_c=lcfg.clip_c,
-                  agg_mode=lcfg.agg_mode)
-    changes = {k: v for k, v in values.items() if k in fields}
-    if "reg" in fields:
-        changes["reg"] = losses.Regularizers(entropy_coef=lcfg.entropy_coef, kl_coef=lcfg.kl_coef,
-                                             kl_type=lcfg.kl_type)
-    return spec, dataclasses.replace(spec.default_hparams, **changes)
+    """(spec, hparams) of the configured loss: its registered defaults, the config's shared
+    overrides (clip only where set, rl/family.py) and `loss.params`."""
+    spec, hparams, _ = family.from_loss_config(lcfg)
+    return spec, hparams
 
 
-def token_stats(graphdef, params, tokens_BT, attn_mask_BT, response_width: int, impl: str = "auto"):
-    """(logp_BR, entropy_BR) of the response tokens under `params` (float32, differentiable)."""
+def response_hidden(graphdef, params, tokens_BT, attn_mask_BT, response_width: int):
+    """(h_BRD hidden states predicting the response tokens, unembed_DV, targets_BR)."""
     model = nnx.merge(graphdef, params)
     h_BTD, _ = model.hidden(tokens_BT, attn_mask_BT=attn_mask_BT)
-    b, t, d = h_BTD.shape
+    t = h_BTD.shape[1]
     p = t - response_width
-    h_BRD = h_BTD[:, p - 1 : t - 1]
-    targets_BR = tokens_BT[:, p:]
-    logp_N, ent_N = kernels.logprob_entropy(h_BRD.reshape(-1, d), model.unembed_DV(),
-                                            targets_BR.reshape(-1), impl=impl)
-    return logp_N.reshape(b, response_width), ent_N.reshape(b, response_width)
+    return h_BTD[:, p - 1 : t - 1], model.unembed_DV(), tokens_BT[:, p:]
+
+
+def token_stats(graphdef, params, tokens_BT, attn_mask_BT, response_width: int, impl: str = "auto",
+                *, with_hidden: bool = False):
+    """(logp_BR, entropy_BR) of the response tokens under `params` (float32, differentiable).
+
+    with_hidden: also return (h_BRD, unembed_DV) for further LM-head statistics (SIS top-K).
+    """
+    h_BRD, w_DV, targets_BR = response_hidden(graphdef, params, tokens_BT, attn_mask_BT,
+                                              response_width)
+    b, _, d = h_BRD.shape
+    logp_N, ent_N = kernels.logprob_entropy(h_BRD.reshape(-1, d), w_DV, targets_BR.reshape(-1),
+                                            impl=impl)
+    out = (logp_N.reshape(b, response_width), ent_N.reshape(b, response_width))
+    return out + (h_BRD, w_DV) if with_hidden else out
 
 
 def _position_bins(resp_mask_BR):
@@ -114,14 +138,15 @@ def _position_bins(resp_mask_BR):
     return jnp.clip(jnp.floor(rel_BR * NUM_POS_BINS), 0, NUM_POS_BINS - 1).astype(jnp.int32)
 
 
-def _diagnostics(logp, old, ent, adv_BR, resp, seed, sampler_logp, lcfg: LossConfig, first):
+def _diagnostics(logp, old, ent, adv_BR, resp, seed, sampler_logp, clip, first):
     """Per-token diagnostics as (sum, count) pairs: ratios, clipping, entropy by source and position."""
     cont = resp * (1.0 - seed)
     seed = resp * seed
     log_ratio = jnp.clip(logp - old, -20.0, 20.0)
     ratio = jnp.exp(log_ratio)
-    clipped = (((adv_BR > 0) & (ratio > 1 + lcfg.clip_high)) |
-               ((adv_BR < 0) & (ratio < 1 - lcfg.clip_low))).astype(jnp.float32)
+    clip_low, clip_high = clip
+    clipped = (((adv_BR > 0) & (ratio > 1 + clip_high)) |
+               ((adv_BR < 0) & (ratio < 1 - clip_low))).astype(jnp.float32)
     out = {}
     for name, m in (("seed", seed), ("cont", cont)):
         out[f"ratio_mean/{name}"] = (jnp.sum(ratio * m), jnp.sum(m))
@@ -157,7 +182,10 @@ class Learner:
         self.graphdef = graphdef
         self.lcfg, self.ocfg = lcfg, ocfg
         self.variant = losses.SeedLossVariant.parse(variant)
-        self.spec, self.hparams = loss_hparams(lcfg)
+        self.spec, self.hparams, self.options = family.from_loss_config(lcfg)
+        self.loss_name = self.spec.name
+        self.diag_clip = family.diagnostic_clip(self.hparams)
+        self.loss_scale = float(getattr(lcfg, "loss_scale", 0.0) or 0.0) or None
         self.tx = make_optimizer(ocfg, params)
         self.kernel_impl = kernel_impl
         if old_logp_mode == "auto":
@@ -165,15 +193,26 @@ class Learner:
         self.old_logp_mode = old_logp_mode
         self.batch_sharding = batch_sharding
         self._stats = jax.jit(functools.partial(self._stats_impl), static_argnums=(3,))
+        self._topk = jax.jit(self._topk_impl, static_argnums=(3, 4))
         self._update = jax.jit(self._update_impl, donate_argnums=(0,))
 
     @property
     def needs_old_logp(self) -> bool:
         return self.old_logp_mode == "recompute"
 
+    @property
+    def sis_top_k(self) -> int:
+        return self.options.sis_top_k
+
     def init_state(self, params) -> TrainState:
         return TrainState(params=params, opt_state=self.tx.init(params),
                           step=jnp.zeros((), jnp.int32))
+
+    def initial_stare_state(self):
+        """Adaptive STARE controller state (None unless loss 'stare' with params.adaptive)."""
+        if self.loss_name == "stare" and self.options.stare_adaptive:
+            return losses.stare_initial_state(self.hparams)
+        return None
 
     # ---- no-grad statistics (refresh, recompute, reference) ----
     def _stats_impl(self, params, tokens_BT, attn_mask_BT, response_width):
@@ -187,36 +226,129 @@ class Learner:
                                 int(response_width))
         return np.asarray(logp), np.asarray(ent)
 
+    def _topk_impl(self, params, tokens_BT, attn_mask_BT, response_width, k):
+        h, w, _ = response_hidden(self.graphdef, jax.lax.stop_gradient(params), tokens_BT,
+                                  attn_mask_BT, response_width)
+        b, r, d = h.shape
+        ids, lp, _ = topk_logprobs(h.reshape(-1, d), w, k)
+        return ids.reshape(b, r, k), lp.reshape(b, r, k)
+
+    def topk(self, params, tokens_BT, attn_mask_BT, response_width: int, k: int | None = None):
+        """(ids_BRK int32, logp_BRK float32) numpy: the policy's top-K at every response position."""
+        k = k or self.sis_top_k
+        ids, lp = self._topk(params, jnp.asarray(tokens_BT), jnp.asarray(attn_mask_BT),
+                             int(response_width), int(k))
+        return np.asarray(ids), np.asarray(lp)
+
     # ---- the update ----
-    def _micro_loss(self, params, mb: LearnerBatch, dens, first):
-        r = mb.response_width
-        logp, ent = token_stats(self.graphdef, params, mb.tokens_BT, mb.attn_mask_BT, r,
-                                self.kernel_impl)
-        resp, seed = mb.resp_mask_BR, mb.seed_mask_BR * mb.resp_mask_BR
+    def _old_logp(self, logp, mb: LearnerBatch):
+        seed = mb.seed_mask_BR * mb.resp_mask_BR
         cont_old = (jax.lax.stop_gradient(logp) if self.old_logp_mode == "shortcut"
                     else mb.old_logp_BR)
         # Seed tokens keep their cached behavior log-probs: never the on-policy shortcut there.
-        old = losses.mix_old_logp(seed, mb.behavior_logp_BR, cont_old)
+        return losses.mix_old_logp(seed, mb.behavior_logp_BR, cont_old)
+
+    def _sis_inputs(self, h_BRD, w_DV, mb: LearnerBatch):
+        """SIS LossInputs fields: proposal top-K log-probs, current log-probs there, membership."""
+        k = self.sis_top_k
+        b, r, d = h_BRD.shape
+        sg = jax.lax.stop_gradient
+        ids_b = mb.topk_ids_BRK.reshape(-1, k)
+        valid = (mb.topk_valid_BR * mb.resp_mask_BR).reshape(-1, 1) > 0
+        if self.old_logp_mode == "shortcut":
+            # pi_old = the current parameters: their own top-K where the batch has no proposal.
+            own_ids, own_lp, cur_b = topk_logprobs(sg(h_BRD).reshape(-1, d), sg(w_DV), k,
+                                                   gather_ids_NK=ids_b)
+            ids = jnp.where(valid, ids_b, own_ids)
+            old_k = jnp.where(valid, mb.topk_logp_BRK.reshape(-1, k), own_lp)
+            cur_k = jnp.where(valid, cur_b, own_lp)
+            known = jnp.ones_like(valid)
+        else:
+            cur_k = gather_logprobs(sg(h_BRD).reshape(-1, d), sg(w_DV), ids_b)
+            ids, old_k, known = ids_b, mb.topk_logp_BRK.reshape(-1, k), valid
+            cur_k = jnp.where(valid, cur_k, old_k)  # unknown rows: finite placeholders
+        targets = mb.tokens_BT[:, -r:].reshape(-1, 1)
+        in_topk = jnp.any(ids == targets, axis=-1) & known[:, 0]
+        return dict(topk_old_logp_BTK=old_k.reshape(b, r, k),
+                    topk_cur_logp_BTK=cur_k.reshape(b, r, k),
+                    target_in_topk_BT=in_topk.reshape(b, r).astype(jnp.float32))
+
+    def _micro_loss(self, params, mb: LearnerBatch, dens, first, extra=None):
+        extra = extra or {}
+        r = mb.response_width
+        logp, ent, h_BRD, w_DV = token_stats(self.graphdef, params, mb.tokens_BT, mb.attn_mask_BT,
+                                             r, self.kernel_impl, with_hidden=True)
+        resp, seed = mb.resp_mask_BR, mb.seed_mask_BR * mb.resp_mask_BR
+        old = self._old_logp(logp, mb)
         loss_mask = losses.seed_loss_mask(resp, seed, self.variant)
+        opt = {}
+        if self.loss_name == "sis":
+            opt.update(self._sis_inputs(h_BRD, w_DV, mb), uniforms_BT=extra["uniforms"])
+        if self.loss_name == "m2po" and "selection" in extra:
+            opt["m2po_keep_BT"] = extra["selection"]
+        if self.loss_name == "stare":
+            if "selection" in extra:
+                opt["stare_weight_BT"] = extra["selection"]
+            if "entropy_mean" in extra:
+                opt["entropy_mean"] = extra["entropy_mean"]
+            else:  # single update, single micro-batch: this forward is the pre-update pass
+                opt["entropy_mean"] = _token_mean(jax.lax.stop_gradient(ent), resp)
+            opt["stare_state"] = extra.get("stare_state")
         inputs = losses.LossInputs.create(
             logp, old, mb.advantages_B, loss_mask, seed_mask_BT=seed,
             entropy_BT=ent, ref_logp_BT=mb.ref_logp_BR if self.lcfg.kl_coef else None,
-            behavior_logp_BT=mb.behavior_logp_BR)
+            behavior_logp_BT=mb.behavior_logp_BR, **opt)
         out = self.spec(inputs, self.hparams, denominators=dens)
         adv_BR = jnp.broadcast_to(mb.advantages_B[:, None], logp.shape)
         diag = _diagnostics(jax.lax.stop_gradient(logp), old, jax.lax.stop_gradient(ent), adv_BR,
-                            resp, seed, mb.sampler_logp_BR, self.lcfg, first)
+                            resp, seed, mb.sampler_logp_BR, self.diag_clip, first)
         return out.loss, (out, diag)
 
-    def _update_impl(self, state: TrainState, batch: LearnerBatch):
+    def _nograd_logp_ent(self, params, mbs_XB):
+        """(logp, entropy) [X, b, R] of stacked micro-batches, no gradient (lax.map over X)."""
+        def one(mb):
+            return self._stats_impl(params, mb.tokens_BT, mb.attn_mask_BT, mb.response_width)
+
+        return jax.lax.map(one, mbs_XB)
+
+    def _minibatch_selection(self, params, mb_UB, entropy_mean, stare_state):
+        """M2PO keep mask / STARE weights [U, b, R] over the whole mini-batch (no gradient)."""
+        logp_UBR, _ = self._nograd_logp_ent(params, mb_UB)
+        flat = lambda x: x.reshape((-1,) + x.shape[2:])
+        mb = jax.tree_util.tree_map(flat, mb_UB)
+        logp = flat(logp_UBR)
+        resp, seed = mb.resp_mask_BR, mb.seed_mask_BR * mb.resp_mask_BR
+        mask = losses.seed_loss_mask(resp, seed, self.variant)
+        adv = jnp.broadcast_to(mb.advantages_B[:, None], logp.shape)
+        if self.loss_name == "m2po":
+            sel, _ = losses.m2po_keep_mask(logp, self._old_logp(logp, mb), adv, mask,
+                                           self.hparams.tau)
+            sel = sel.astype(jnp.float32)
+        else:
+            sel = losses.stare_token_weights(logp, adv, mask, self.hparams,
+                                             entropy_mean=entropy_mean, state=stare_state)
+        return sel.reshape(logp_UBR.shape)
+
+    def _update_impl(self, state: TrainState, batch: LearnerBatch, rng, stare_state):
         """All optimizer updates of one batch: epochs x mini-batches, micro-batches accumulated."""
         o = self.ocfg
         n = batch.tokens_BT.shape[0]
         mini = n // o.mini_batches
         micro = o.micro_batch_size or mini
-        split = lambda x: x.reshape((o.mini_batches, mini // micro, micro) + x.shape[1:])
+        n_micro = mini // micro
+        split = lambda x: x.reshape((o.mini_batches, n_micro, micro) + x.shape[1:])
         batches = jax.tree_util.tree_map(split, batch)
         grad_fn = jax.grad(self._micro_loss, has_aux=True)
+        r = batch.response_width
+        name = self.loss_name
+        entropy_mean = None
+        if name == "stare" and o.updates_per_batch * n_micro > 1:
+            # STARE's gate: batch token-mean entropy of the pre-update pass.
+            flat_mbs = jax.tree_util.tree_map(
+                lambda x: x.reshape((-1,) + x.shape[2:]), batches)
+            _, ent = self._nograd_logp_ent(state.params, flat_mbs)
+            entropy_mean = _token_mean(ent, flat_mbs.resp_mask_BR)
+        whole_minibatch = name in ("m2po", "stare") and n_micro > 1
 
         def one_update(carry, mb_UB):
             params, opt_state, k = carry
@@ -224,15 +356,29 @@ class Learner:
             mask = losses.seed_loss_mask(resp_U.reshape(-1, resp_U.shape[-1]),
                                          (mb_UB.seed_mask_BR * resp_U).reshape(-1, resp_U.shape[-1]),
                                          self.variant)
-            dens = losses.agg_denominators(mask)
+            dens = losses.agg_denominators(mask, loss_scale=self.loss_scale)
             first = (k == 0).astype(jnp.float32)
+            extra = {}
+            if entropy_mean is not None:
+                extra["entropy_mean"] = entropy_mean
+            if stare_state is not None:
+                extra["stare_state"] = stare_state
+            if whole_minibatch:
+                extra["selection"] = self._minibatch_selection(params, mb_UB, entropy_mean,
+                                                               stare_state)
+            if name == "sis":
+                u = jax.random.uniform(jax.random.fold_in(rng, k), (n_micro * micro, r))
+                extra["uniforms"] = u.reshape(n_micro, micro, r)
+            per_micro = {key: v for key, v in extra.items() if key in ("selection", "uniforms")}
+            shared = {key: v for key, v in extra.items() if key not in per_micro}
 
-            def micro_step(acc, mb):
-                g, aux = grad_fn(params, mb, dens, first)
+            def micro_step(acc, xs):
+                mb, pm = xs
+                g, aux = grad_fn(params, mb, dens, first, {**shared, **pm})
                 return jax.tree_util.tree_map(jnp.add, acc, g), aux
 
             zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-            grads, auxs = jax.lax.scan(micro_step, zeros, mb_UB)
+            grads, auxs = jax.lax.scan(micro_step, zeros, (mb_UB, per_micro))
             updates, opt_state = self.tx.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
             return (params, opt_state, k + 1), (auxs, optax.global_norm(grads))
@@ -244,15 +390,37 @@ class Learner:
             one_epoch, (state.params, state.opt_state, jnp.zeros((), jnp.int32)), None,
             length=o.epochs)
         metrics = _reduce_metrics(auxs, gnorms)
+        if name == "stare":
+            if entropy_mean is not None:
+                ent_mean = entropy_mean
+            else:  # the single micro-batch's own forward was the pre-update pass
+                ent_sum, ent_count = auxs[1][0]["entropy/all"]
+                ent_mean = jnp.sum(ent_sum) / jnp.maximum(jnp.sum(ent_count), 1.0)
+            metrics["stare_entropy_mean"] = ent_mean
+            metrics["stare_gate_on"] = (ent_mean < self.hparams.entropy_target).astype(jnp.float32)
         new_state = TrainState(params=params, opt_state=opt_state,
                                step=state.step + o.updates_per_batch)
         return new_state, metrics
 
-    def update(self, state: TrainState, batch: LearnerBatch):
+    def update(self, state: TrainState, batch: LearnerBatch, *, rng=None, stare_state=None):
+        """One batch of updates. rng: a PRNG key (SIS uniforms; default key 0). stare_state: the
+        adaptive STARE controller state (`initial_stare_state`), or None."""
         batch = jax.tree_util.tree_map(jnp.asarray, batch)
         if self.batch_sharding is not None:
-            batch = jax.device_put(batch, self.batch_sharding)
-        return self._update(state, batch)
+            sh = self.batch_sharding
+            if batch.topk_ids_BRK is not None and getattr(sh, "topk_ids_BRK", None) is None:
+                # Row-sharded like the per-token arrays (trailing K replicated).
+                sh = sh.replace(topk_ids_BRK=sh.resp_mask_BR, topk_logp_BRK=sh.resp_mask_BR,
+                                topk_valid_BR=sh.resp_mask_BR)
+            batch = jax.device_put(batch, sh)
+        if self.loss_name == "sis" and batch.topk_ids_BRK is None:
+            raise ValueError("loss 'sis' needs a batch built with top_k (build_batch(top_k=K))")
+        rng = jax.random.PRNGKey(0) if rng is None else rng
+        return self._update(state, batch, rng, stare_state)
+
+
+def _token_mean(values, mask):
+    return jnp.sum(values * mask) / jnp.maximum(jnp.sum(mask), 1.0)
 
 
 def _reduce_metrics(auxs, gnorms):

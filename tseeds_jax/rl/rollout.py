@@ -5,6 +5,12 @@ Letters: N samples (B prompts x G), P prompt width, R response width.
 A trained sample is `o = [h, y]`: an optional seed `h` (tokens of a behavior response, with the
 behavior log-probs the learner computed at refresh time) and the continuation `y` written by the
 current policy (with the sampler's log-probs). On-policy samples have an empty seed.
+
+LUFFY off-policy traces are samples whose whole response is the "seed" (an external trace, marked
+off-policy by the seed mask, behavior log-probs 0 = pi_phi taken as 1) and whose continuation is
+empty; they are the first sample of their group. Optional per-sample extras: `old_logp` (learner
+log-probs under the policy that generated the sample: M2PO stale rollouts) and the proposal's top-K
+(`topk_ids` / `topk_logp`, SIS) for the first rows of the response.
 """
 
 from __future__ import annotations
@@ -34,6 +40,10 @@ class Sample:
     finish: str  # "stop" | "length" | "error"
     reward: float = 0.0
     reward_reason: str = ""
+    offpolicy: bool = False  # an external (LUFFY) trace: seed_ids is the whole response
+    old_logp: np.ndarray | None = None  # [|o|] learner log-probs under the generating policy
+    topk_ids: np.ndarray | None = None  # [L, K] int32 proposal top-K ids of response tokens 0..L-1
+    topk_logp: np.ndarray | None = None  # [L, K] float32 their proposal log-probs
 
     @property
     def response_ids(self) -> list[int]:
@@ -41,29 +51,54 @@ class Sample:
 
 
 def continue_samples(sample_fn: SampleFn, params, prompts: Sequence[list[int]], references,
-                     group_size: int, max_response_len: int, seed: int, *, seeds=None) -> list[Sample]:
+                     group_size: int, max_response_len: int, seed, *, seeds=None,
+                     offpolicy=None, stop_ids: Sequence[int] = ()) -> list[Sample]:
     """Writes continuations for B prompts x G samples (from their seeds, if given) in group order.
 
-    `seeds`: optional (seed token lists, seed log-prob arrays), N each; the request is prompt + seed
-    and the continuation gets the remaining `max_response_len - |seed|` tokens.
+    `seeds`: optional (seed token lists, seed log-prob arrays[, seed top-K (ids, logp) pairs]), N
+    each; the request is prompt + seed and the continuation gets the remaining
+    `max_response_len - |seed|` tokens.
+    `offpolicy`: optional B entries, a trace (token list) or None per prompt; a trace replaces the
+    group's first sample (truncated to `max_response_len`; finish "stop" if it ends with one of
+    `stop_ids`, else "length") and nothing is generated for it.
     """
     n = len(prompts) * group_size
     seed_ids = [[] for _ in range(n)] if seeds is None else [list(s) for s in seeds[0]]
     seed_logp = ([np.zeros(0, np.float32) for _ in range(n)] if seeds is None
                  else [np.asarray(x, np.float32) for x in seeds[1]])
-    requests, budgets, groups = [], [], []
+    seed_topk = [None] * n if seeds is None or len(seeds) < 3 else list(seeds[2])
+    if offpolicy is not None and len(offpolicy) != len(prompts):
+        raise ValueError(f"offpolicy: expected {len(prompts)} entries (one per prompt), got "
+                         f"{len(offpolicy)}")
+    fixed: dict[int, Sample] = {}
+    for g, trace in enumerate(offpolicy or ()):
+        if trace is None:
+            continue
+        ids = [int(t) for t in trace][:max_response_len]
+        stopped = bool(ids) and ids[-1] in set(stop_ids) and len(ids) == len(trace)
+        fixed[g * group_size] = Sample(
+            group=g, prompt_ids=list(prompts[g]), reference=references[g], seed_ids=ids,
+            seed_logp=np.zeros(len(ids), np.float32), cont_ids=[],
+            cont_logp=np.zeros(0, np.float32), finish="stop" if stopped else "length",
+            offpolicy=True)
+    requests, budgets, index = [], [], []
     for i in range(n):
+        if i in fixed:
+            continue
         g = i // group_size
         requests.append(list(prompts[g]) + seed_ids[i])
         budgets.append(max_response_len - len(seed_ids[i]))
-        groups.append(g)
-    results = sample_fn(params, requests, budgets, seed)
-    samples = []
-    for i, (tokens, logprobs, finish) in enumerate(results):
-        samples.append(Sample(group=groups[i], prompt_ids=list(prompts[groups[i]]),
-                              reference=references[groups[i]], seed_ids=seed_ids[i],
-                              seed_logp=seed_logp[i], cont_ids=list(tokens),
-                              cont_logp=np.asarray(logprobs, np.float32), finish=finish))
+        index.append(i)
+    results = sample_fn(params, requests, budgets, seed) if requests else []
+    samples: list[Sample | None] = [fixed.get(i) for i in range(n)]
+    for i, (tokens, logprobs, finish) in zip(index, results):
+        g = i // group_size
+        topk = seed_topk[i]
+        samples[i] = Sample(group=g, prompt_ids=list(prompts[g]), reference=references[g],
+                            seed_ids=seed_ids[i], seed_logp=seed_logp[i], cont_ids=list(tokens),
+                            cont_logp=np.asarray(logprobs, np.float32), finish=finish,
+                            topk_ids=None if topk is None else topk[0],
+                            topk_logp=None if topk is None else topk[1])
     return samples
 
 
@@ -89,11 +124,13 @@ def sample_advantages(samples: list[Sample], *, norm_by_std: bool, max_response_
 
 
 def build_batch(samples: list[Sample], advantages_N, *, prompt_width: int, response_width: int,
-                pad_id: int = 0, num_rows: int | None = None) -> LearnerBatch:
+                pad_id: int = 0, num_rows: int | None = None, top_k: int = 0) -> LearnerBatch:
     """Numpy `LearnerBatch`: prompts left-padded to P, responses right-padded to R.
 
     `num_rows` > len(samples) appends fully-masked rows (kept out of every denominator), so that
     dynamic sampling with fewer kept groups still feeds the jitted step a fixed shape.
+    `old_logp_BR` holds the samples' `old_logp` where given (else 0, for a recompute pass).
+    `top_k` > 0 adds the SIS arrays (`topk_*`), filled from the samples' top-K rows.
     """
     n = num_rows or len(samples)
     p, r = prompt_width, response_width
@@ -104,6 +141,10 @@ def build_batch(samples: list[Sample], advantages_N, *, prompt_width: int, respo
     blogp = np.zeros((n, r), np.float32)
     slogp = np.zeros((n, r), np.float32)
     adv = np.zeros((n,), np.float32)
+    old = np.zeros((n, r), np.float32)
+    topk_ids = np.zeros((n, r, top_k), np.int32)
+    topk_logp = np.zeros((n, r, top_k), np.float32)
+    topk_valid = np.zeros((n, r), np.float32)
     for i, s in enumerate(samples):
         if len(s.prompt_ids) > p:
             raise ValueError(f"prompt of {len(s.prompt_ids)} tokens exceeds prompt_width={p}")
@@ -120,10 +161,21 @@ def build_batch(samples: list[Sample], advantages_N, *, prompt_width: int, respo
         blogp[i, :h] = s.seed_logp
         slogp[i, h : len(resp_ids)] = s.cont_logp[: len(s.cont_ids)]
         adv[i] = advantages_N[i]
-    zeros = np.zeros((n, r), np.float32)
+        if s.old_logp is not None:
+            old[i, : len(resp_ids)] = s.old_logp[: len(resp_ids)]
+        if top_k and s.topk_ids is not None:
+            rows = min(len(s.topk_ids), len(resp_ids))
+            if s.topk_ids.shape[1] != top_k:
+                raise ValueError(f"sample {i}: top-K width {s.topk_ids.shape[1]} != {top_k}")
+            topk_ids[i, :rows] = s.topk_ids[:rows]
+            topk_logp[i, :rows] = s.topk_logp[:rows]
+            topk_valid[i, :rows] = 1
+    extra = {}
+    if top_k:
+        extra = dict(topk_ids_BRK=topk_ids, topk_logp_BRK=topk_logp, topk_valid_BR=topk_valid)
     return LearnerBatch(tokens_BT=tokens, attn_mask_BT=attn, resp_mask_BR=resp, seed_mask_BR=seed,
-                        behavior_logp_BR=blogp, sampler_logp_BR=slogp, old_logp_BR=zeros,
-                        ref_logp_BR=zeros.copy(), advantages_B=adv)
+                        behavior_logp_BR=blogp, sampler_logp_BR=slogp, old_logp_BR=old,
+                        ref_logp_BR=np.zeros((n, r), np.float32), advantages_B=adv, **extra)
 
 
 def sequences_for_stats(prompts_and_responses, prompt_width, response_width, pad_id=0):
@@ -137,3 +189,66 @@ def sequences_for_stats(prompts_and_responses, prompt_width, response_width, pad
         tokens[i, prompt_width : prompt_width + len(response)] = response
         attn[i, prompt_width : prompt_width + len(response)] = 1
     return tokens, attn
+
+
+# ---- checkpointing of queued samples (M2PO stale rollouts): flat arrays + a JSON part ----
+def _flat(parts, dtype, tail=()):
+    """Concatenation of ragged arrays, plus one trailing pad row (Orbax refuses zero-size arrays)."""
+    pad = np.zeros((1,) + tuple(tail), dtype)
+    return np.concatenate([np.asarray(p, dtype).reshape((-1,) + tuple(tail)) for p in parts] + [pad])
+
+
+def pack_samples(samples: list[Sample]) -> tuple[dict[str, np.ndarray], dict[str, Any]]:
+    """(arrays, json) with every field of the samples; `unpack_samples` inverts it exactly."""
+    k = next((s.topk_ids.shape[1] for s in samples if s.topk_ids is not None), 0)
+    lens = np.array([[len(s.prompt_ids), len(s.seed_ids), len(s.cont_ids),
+                      -1 if s.old_logp is None else len(s.old_logp),
+                      -1 if s.topk_ids is None else len(s.topk_ids)] for s in samples],
+                    np.int64).reshape(-1, 5)
+    arrays = {
+        "lengths": np.concatenate([lens, np.zeros((1, 5), np.int64)]),
+        "prompt_ids": _flat([s.prompt_ids for s in samples], np.int32),
+        "seed_ids": _flat([s.seed_ids for s in samples], np.int32),
+        "seed_logp": _flat([s.seed_logp for s in samples], np.float32),
+        "cont_ids": _flat([s.cont_ids for s in samples], np.int32),
+        "cont_logp": _flat([s.cont_logp[: len(s.cont_ids)] for s in samples], np.float32),
+        "old_logp": _flat([s.old_logp for s in samples if s.old_logp is not None], np.float32),
+        "topk_ids": _flat([s.topk_ids for s in samples if s.topk_ids is not None], np.int32,
+                          (max(k, 1),) if k else (1,)),
+        "topk_logp": _flat([s.topk_logp for s in samples if s.topk_logp is not None],
+                           np.float32, (max(k, 1),) if k else (1,)),
+    }
+    meta = {"top_k": k, "samples": [
+        {"group": s.group, "reference": s.reference, "finish": s.finish, "reward": s.reward,
+         "reward_reason": s.reward_reason, "offpolicy": s.offpolicy} for s in samples]}
+    return arrays, meta
+
+
+def unpack_samples(arrays: dict[str, Any], meta: dict[str, Any]) -> list[Sample]:
+    lens = np.asarray(arrays["lengths"])[:-1]
+    k = int(meta["top_k"])
+    cur = dict.fromkeys(("prompt", "seed", "cont", "old", "topk"), 0)
+
+    def take(name, key, n):
+        start = cur[key]
+        cur[key] += n
+        return np.asarray(arrays[name])[start : start + n]
+
+    out = []
+    for (lp, ls, lc, lo, lk), m in zip(lens.tolist(), meta["samples"]):
+        prompt = take("prompt_ids", "prompt", lp).tolist()
+        seed_ids = take("seed_ids", "seed", ls).tolist()
+        seed_logp = np.asarray(arrays["seed_logp"])[cur["seed"] - ls : cur["seed"]].copy()
+        cont_ids = take("cont_ids", "cont", lc).tolist()
+        cont_logp = np.asarray(arrays["cont_logp"])[cur["cont"] - lc : cur["cont"]].copy()
+        old = None if lo < 0 else take("old_logp", "old", lo).copy()
+        tids = tlp = None
+        if lk >= 0:
+            tids = take("topk_ids", "topk", lk)[:, :k].copy()
+            tlp = np.asarray(arrays["topk_logp"])[cur["topk"] - lk : cur["topk"], :k].copy()
+        out.append(Sample(group=m["group"], prompt_ids=prompt, reference=m["reference"],
+                          seed_ids=seed_ids, seed_logp=seed_logp, cont_ids=cont_ids,
+                          cont_logp=cont_logp, finish=m["finish"], reward=m["reward"],
+                          reward_reason=m["reward_reason"], offpolicy=m["offpolicy"],
+                          old_logp=old, topk_ids=tids, topk_logp=tlp))
+    return out

@@ -124,9 +124,14 @@ def make_sample_fn(cfg: TrainConfig, graphdef, stop_tokens, max_prefill: int):
     r = cfg.rollout
 
     def sample_fn(params, requests, budgets, seed):
+        # seed = (stream seed, global index of the first request): every request's random stream
+        # depends only on its global position, whatever the host count, slot count or batching.
+        stream, first = seed if isinstance(seed, tuple) else (seed, 0)
+        seeds = [int(np.random.SeedSequence([stream, first + i]).generate_state(1)[0])
+                 for i in range(len(requests))]
         results = sampling.generate((graphdef, params), requests, max_new_tokens=budgets,
                                     temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
-                                    seed=seed, stop_tokens=stop_tokens,
+                                    seed=seeds, stop_tokens=stop_tokens,
                                     max_prefill_length=max_prefill)
         out = []
         for res in results:

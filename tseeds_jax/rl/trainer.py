@@ -20,6 +20,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from tseeds_jax.rl import hosts as hosts_lib
 from tseeds_jax.rl import rollout
 from tseeds_jax.rl.config import TrainConfig
 from tseeds_jax.rl.learner import Learner, TrainState
@@ -54,10 +55,13 @@ class TrainEnv:
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, env: TrainEnv, *, batch_sharding=None):
+        """batch_sharding: a LearnerBatch of NamedShardings (the mesh's batch layout) or None."""
         self.cfg, self.env = cfg, env
+        self.hosts = hosts_lib.Hosts.current()
+        self.batch_sharding = batch_sharding
         self.learner = Learner(env.graphdef, env.params, cfg.loss, cfg.optim,
                                variant=cfg.seeds.variant, old_logp_mode=cfg.optim.old_logp,
-                               batch_sharding=batch_sharding)
+                               batch_sharding=batch_sharding if self.hosts.single else None)
         self.state: TrainState = self.learner.init_state(env.params)
         self.cache = SeedCache()
         self.step = 0
@@ -70,6 +74,11 @@ class Trainer:
     def _prompt_width(self) -> int:
         return int(self.cfg.data["max_prompt_len"])
 
+    def _local(self, prompts, refs):
+        """This host's contiguous slice of a global batch of prompts, and its first sample index."""
+        sl = self.hosts.slice(len(prompts), "rollout.batch_prompts")
+        return prompts[sl], refs[sl], sl.start * self.cfg.rollout.group_size
+
     def _refresh(self, params, step: int):
         """Snapshot pi_b = params; behavior rollouts for the next T batches; seeds for 1..T-1."""
         c = self.cfg
@@ -80,10 +89,10 @@ class Trainer:
         self.cache = SeedCache(cycle_start=step)
         n_tokens = 0
         for j in range(1, c.seeds.refresh_interval):
-            prompts, refs = batches[j]
+            prompts, refs, first = self._local(*batches[j])
             behavior = rollout.continue_samples(
                 self.env.sample_fn, params, prompts, refs, g, r,
-                stream_seed(c.seed, step + j, BEHAVIOR))
+                (stream_seed(c.seed, step + j, BEHAVIOR), first))
             responses = [s.cont_ids for s in behavior]
             n_tokens += sum(len(x) for x in responses)
             tokens, attn = rollout.sequences_for_stats(
@@ -91,8 +100,9 @@ class Trainer:
                 self.env.pad_id)
             # Behavior log-probs come from the learner's forward pass under pi_b, not the sampler.
             logp, ent = self.learner.stats(params, tokens, attn, r)
+            rngs = sample_rngs(c.seed, step + j, b * g)[first : first + len(behavior)]
             self.cache.batches[step + j] = make_seed_batch(
-                prompts, refs, responses, logp, ent, self.rule, sample_rngs(c.seed, step + j, b * g))
+                prompts, refs, responses, logp, ent, self.rule, rngs)
         return batches[0], n_tokens
 
     def _collect(self, params, step: int):
@@ -111,14 +121,19 @@ class Trainer:
             seeds = (sb.seed_tokens, sb.seed_logp)
         else:
             prompts, refs = self.env.prompts.take(b)
+        if seeds is None:  # seeded batches were sliced to this host at refresh time
+            prompts, refs, first = self._local(prompts, refs)
+        else:
+            first = self.hosts.index * len(seeds[0])
         t0 = time.perf_counter()
         samples = rollout.continue_samples(self.env.sample_fn, params, prompts, refs, g, r,
-                                           stream_seed(c.seed, step, ROLLOUT), seeds=seeds)
+                                           (stream_seed(c.seed, step, ROLLOUT), first),
+                                           seeds=seeds)
         info["rollout_time"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         rollout.score_samples(samples, self.env.reward_fn, self.env.decode)
         info["reward_time"] = time.perf_counter() - t0
-        info["all_groups"] = _group_stats(samples, g)
+        info["all_groups"] = _group_stats(_gather_samples(samples, self.hosts), g)
         if c.advantage.filter_groups:
             samples = self._filter_groups(params, step, samples, info)
         return samples, info
@@ -128,15 +143,16 @@ class Trainer:
         c = self.cfg
         b, g, r = c.rollout.batch_prompts, c.rollout.group_size, c.rollout.max_response_len
         kept = _keep_varied_groups(samples, g)
+        quota = len(samples)  # this host's share of the batch
         rounds = 1
-        while len(kept) < b * g and rounds < c.advantage.max_gen_batches:
-            prompts, refs = self.env.prompts.take(b)
+        while len(kept) < quota and rounds < c.advantage.max_gen_batches:
+            prompts, refs, first = self._local(*self.env.prompts.take(b))
             extra = rollout.continue_samples(self.env.sample_fn, params, prompts, refs, g, r,
-                                             stream_seed(c.seed, step, TOPUP, rounds))
+                                             (stream_seed(c.seed, step, TOPUP, rounds), first))
             rollout.score_samples(extra, self.env.reward_fn, self.env.decode)
             kept += _keep_varied_groups(extra, g)
             rounds += 1
-        kept = kept[: b * g]
+        kept = kept[:quota]
         for i, s in enumerate(kept):  # renumber groups densely for the advantage computation
             s.group = i // g
         info["gen_rounds"] = rounds
@@ -146,7 +162,8 @@ class Trainer:
     def train_step(self) -> dict[str, Any]:
         c, step = self.cfg, self.step
         t_start = time.perf_counter()
-        params = self.state.params
+        # Sampling and per-sequence statistics use a host-local replica of the parameters.
+        params = hosts_lib.local_replica(self.state.params)
         sampler_params = _cast(params, self.cfg.model.get("sampler_dtype", "float32"))
         samples, info = self._collect(sampler_params, step)
         g, r = c.rollout.group_size, c.rollout.max_response_len
@@ -157,7 +174,7 @@ class Trainer:
                if samples else np.zeros(0))
         batch = rollout.build_batch(samples, adv, prompt_width=self._prompt_width(),
                                     response_width=r, pad_id=self.env.pad_id,
-                                    num_rows=c.rollout.batch_prompts * g)
+                                    num_rows=c.rollout.batch_prompts * g // self.hosts.count)
         t0 = time.perf_counter()
         if self.learner.needs_old_logp:
             batch = batch.replace(old_logp_BR=self.learner.stats(
@@ -165,11 +182,13 @@ class Trainer:
         if c.loss.kl_coef:
             batch = batch.replace(ref_logp_BR=self.learner.stats(
                 self.env.ref_params, batch.tokens_BT, batch.attn_mask_BT, r)[0])
+        if not self.hosts.single:
+            batch = hosts_lib.to_global(batch, self.batch_sharding)
         self.state, lmetrics = self.learner.update(self.state, batch)
         lmetrics = jax.device_get(lmetrics)
         learner_time = time.perf_counter() - t0
         step_time = time.perf_counter() - t_start
-        metrics = _sample_metrics(samples, g)
+        metrics = _sample_metrics(_gather_samples(samples, self.hosts), g)
         metrics.update({k: v for k, v in lmetrics.items()})
         metrics.update(info.pop("all_groups"))
         gen_tokens = sum(len(s.cont_ids) for s in samples) + info["behavior_tokens"]
@@ -230,6 +249,20 @@ class Trainer:
 
 
 # ---- helpers ----
+def _gather_samples(samples, hosts):
+    """Light copies of every host's samples (rewards, lengths) for batch-wide statistics."""
+    if hosts.single:
+        return samples
+    per = np.array([[s.reward, len(s.seed_ids), len(s.cont_ids), s.finish == "stop"]
+                    for s in samples], np.float64)
+    allp = hosts_lib.gather_rows(per, hosts)
+    return [rollout.Sample(group=i, prompt_ids=[], reference=None,
+                           seed_ids=[0] * int(row[1]), seed_logp=np.zeros(int(row[1])),
+                           cont_ids=[0] * int(row[2]), cont_logp=np.zeros(int(row[2])),
+                           finish="stop" if row[3] else "length", reward=float(row[0]))
+            for i, row in enumerate(allp)]
+
+
 def _cast(params, dtype: str):
     if dtype in (None, "float32"):
         return params

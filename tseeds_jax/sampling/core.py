@@ -84,6 +84,13 @@ class DecodeState:
                    occupied_B=jnp.zeros((slots,), bool), finish_B=zi())
 
 
+@functools.partial(jax.jit, static_argnames=("cfg", "slots", "cache_len", "out_len"))
+def init_buffers(cfg, slots: int, cache_len: int, out_len: int):
+    """(empty DecodeState, out_tokens [B, N] int32, out_logprobs [B, N] float32) in one call."""
+    return (DecodeState.init(cfg, slots, cache_len), jnp.zeros((slots, out_len), jnp.int32),
+            jnp.zeros((slots, out_len), jnp.float32))
+
+
 @flax.struct.dataclass
 class Emitted:
     """What one step emitted per slot: token, log-prob, validity, tokens emitted so far."""

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import functools
 from collections.abc import Sequence
 
 import jax
@@ -59,6 +60,12 @@ def split_model(model):
                     f"nnx.split(model), got {type(model).__name__}")
 
 
+@functools.partial(jax.jit, static_argnums=(1,))
+def _keys_from_int(seed, n: int):
+    return jax.vmap(jax.random.fold_in, (None, 0))(jax.random.PRNGKey(seed),
+                                                   jnp.arange(n, dtype=jnp.uint32))
+
+
 @jax.jit
 def _cast_floats(params, dtype_like):
     return jax.tree.map(
@@ -74,9 +81,9 @@ def cast_params(params, dtype):
 def _request_keys(seed, n: int) -> np.ndarray:
     """uint32 [n, 2]: fold_in(PRNGKey(seed), i) for an int seed; PRNGKey(seed_i) for a list."""
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
-        keys = jax.vmap(jax.random.fold_in, (None, 0))(jax.random.PRNGKey(int(seed)),
-                                                        jnp.arange(n, dtype=jnp.uint32))
-        return np.asarray(keys)
+        if not 0 <= seed < 2**32:
+            raise ValueError(f"seed={seed!r}: must be in [0, 2**32)")
+        return np.asarray(_keys_from_int(np.uint32(seed), n))
     seeds = list(seed)
     if len(seeds) != n:
         raise ValueError(f"seed: a list of per-request seeds needs {n} entries, got {len(seeds)}")
@@ -185,9 +192,7 @@ def _run(cfg, graphdef, params, strategy, stops, requests, slots, max_prefill):
     cache_len = core.cache_bucket(max(max(r.tokens.size + r.budget,
                                           core.prefill_bucket(r.tokens.size, max_prefill))
                                       for r in requests))
-    state = core.DecodeState.init(cfg, slots, cache_len)
-    out_t = jnp.zeros((slots, n_out), jnp.int32)
-    out_lp = jnp.zeros((slots, n_out), jnp.float32)
+    state, out_t, out_lp = core.init_buffers(cfg, slots, cache_len, n_out)
     queue = collections.deque(requests)
     free = list(range(slots))
     in_slot: list[_Request | None] = [None] * slots

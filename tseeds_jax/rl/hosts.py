@@ -1,0 +1,91 @@
+"""Multi-host plumbing: process layout, host-local <-> global arrays, and the distributed init.
+
+JAX's own multi-host SPMD: every process runs the same program; each owns a contiguous slice of
+every batch (prompts, rollouts, rewards stay on their host), and only the learner update sees the
+global batch, as one array sharded over the mesh's batch axes. Sampling and the learner's
+per-sequence statistics run on a host-local replica of the parameters.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+
+import jax
+import numpy as np
+from jax.experimental import multihost_utils
+
+log = logging.getLogger(__name__)
+
+
+def maybe_initialize_distributed() -> bool:
+    """Calls `jax.distributed.initialize()` when this is one process of several; True if it did.
+
+    Explicit: TSEEDS_COORDINATOR_ADDRESS, TSEEDS_NUM_PROCESSES, TSEEDS_PROCESS_ID (CPU/GPU
+    clusters, tests). On Cloud TPU pods (TPU_WORKER_HOSTNAMES lists several workers) JAX finds
+    everything itself.
+    """
+    if jax.distributed.is_initialized():
+        return True
+    n = int(os.environ.get("TSEEDS_NUM_PROCESSES", "1"))
+    if n > 1:
+        if jax.default_backend() == "cpu" or os.environ.get("JAX_PLATFORMS", "") == "cpu":
+            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        jax.distributed.initialize(coordinator_address=os.environ["TSEEDS_COORDINATOR_ADDRESS"],
+                                   num_processes=n,
+                                   process_id=int(os.environ["TSEEDS_PROCESS_ID"]))
+        return True
+    workers = os.environ.get("TPU_WORKER_HOSTNAMES", "")
+    if "," in workers:
+        jax.distributed.initialize()
+        return True
+    return False
+
+
+@dataclasses.dataclass(frozen=True)
+class Hosts:
+    index: int
+    count: int
+
+    @classmethod
+    def current(cls) -> Hosts:
+        return cls(jax.process_index(), jax.process_count())
+
+    def slice(self, n: int, what: str) -> slice:
+        if n % self.count:
+            raise ValueError(f"{what}={n} is not divisible by the {self.count} processes")
+        per = n // self.count
+        return slice(self.index * per, (self.index + 1) * per)
+
+    @property
+    def single(self) -> bool:
+        return self.count == 1
+
+
+def local_replica(tree, device=None):
+    """The full values of `tree` on one local device (gathers across hosts when needed)."""
+    device = device or jax.local_devices()[0]
+
+    def one(x):
+        if isinstance(x, jax.Array) and not x.is_fully_addressable:
+            if x.is_fully_replicated:
+                x = x.addressable_data(0)
+            else:
+                x = multihost_utils.process_allgather(x, tiled=True)
+        return jax.device_put(x, device)
+
+    return jax.tree_util.tree_map(one, tree)
+
+
+def to_global(tree, shardings):
+    """Host-local row blocks -> global arrays (rows concatenated in process order)."""
+    return jax.tree_util.tree_map(
+        lambda x, s: jax.make_array_from_process_local_data(s, np.asarray(x)), tree, shardings)
+
+
+def gather_rows(x: np.ndarray, hosts: Hosts) -> np.ndarray:
+    """Concatenates every host's rows of a host-local numpy array (process order)."""
+    if hosts.single:
+        return np.asarray(x)
+    return np.asarray(multihost_utils.process_allgather(np.asarray(x), tiled=True))

@@ -1,0 +1,128 @@
+"""XLA's own memory numbers for the real learner step, compiled from shapes only (no arrays).
+
+Used to check the planner (`plan.learner_step`) against the compiler: the learner's jitted update
+is lowered with `jax.ShapeDtypeStruct`s for the train state and batch, compiled, and its
+`memory_analysis()` read. Nothing is allocated or run.
+
+Run as a module it prints one JSON line per case; it then switches XLA:CPU to its memory-minimising
+scheduler *before* JAX starts (the default CPU scheduler favours concurrency and ignores memory, so
+it keeps every layer's rematerialised activations alive at once; TPU and GPU schedulers do not):
+
+    python -m tseeds_jax.scale.xla_measure '[{"hidden_size": 256, "num_hidden_layers": 2}]'
+
+Letters: B sequences, P prompt width, R response width, T = P + R.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from typing import Any
+
+MEMORY_SCHEDULER_FLAG = "--xla_cpu_enable_concurrency_optimized_scheduler=false"
+
+# Defaults of one measured case; every key may be overridden.
+CASE_DEFAULTS: dict[str, Any] = dict(
+    model_type="qwen2", vocab_size=8192, hidden_size=256, intermediate_size=768,
+    num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=True,
+    param_dtype="float32", dtype="float32", remat=False,
+    batch=8, prompt_len=32, response_len=224, mini_batches=1, micro_batch_size=0,
+    kernel_impl="chunked",
+)
+
+
+def case_parts(case: dict[str, Any]):
+    """(ModelConfig, OptimConfig, LossConfig, B, P, R, kernel_impl) of a case dict."""
+    from tseeds_jax.model import ModelConfig
+    from tseeds_jax.rl.config import LossConfig, OptimConfig
+
+    c = {**CASE_DEFAULTS, **case}
+    unknown = set(c) - set(CASE_DEFAULTS)
+    if unknown:
+        raise ValueError(f"xla_measure case: unknown keys {sorted(unknown)}")
+    mcfg = ModelConfig(model_type=c["model_type"], vocab_size=c["vocab_size"],
+                       hidden_size=c["hidden_size"], intermediate_size=c["intermediate_size"],
+                       num_hidden_layers=c["num_hidden_layers"],
+                       num_attention_heads=c["num_attention_heads"],
+                       num_key_value_heads=c["num_key_value_heads"],
+                       tie_word_embeddings=c["tie_word_embeddings"],
+                       param_dtype=c["param_dtype"], dtype=c["dtype"], remat=c["remat"])
+    ocfg = OptimConfig(lr=1e-6, warmup_steps=10, weight_decay=0.1, b1=0.9, b2=0.999, eps=1e-8,
+                       grad_clip=1.0, mini_batches=c["mini_batches"], epochs=1,
+                       micro_batch_size=c["micro_batch_size"], old_logp="auto",
+                       train_layers="all")
+    lcfg = LossConfig(name="dapo", clip_low=0.2, clip_high=0.28, clip_c=10.0,
+                      agg_mode="token-mean", entropy_coef=0.0, kl_coef=0.0, kl_type="k3")
+    return mcfg, ocfg, lcfg, c["batch"], c["prompt_len"], c["response_len"], c["kernel_impl"]
+
+
+def compiled_learner_memory(case: dict[str, Any]) -> dict[str, int]:
+    """Compiles the learner's update for `case` (single device) and returns its memory analysis
+    in bytes: argument, output, alias, temp, and `footprint` = argument + output - alias + temp
+    (outputs written into donated inputs are counted once)."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+
+    from tseeds_jax.model import init_model
+    from tseeds_jax.rl.learner import Learner, LearnerBatch
+
+    mcfg, ocfg, lcfg, b, p, r, impl = case_parts(case)
+    graphdef, params = nnx.split(nnx.eval_shape(lambda: init_model(mcfg, 0)))
+    learner = Learner(graphdef, params, lcfg, ocfg, variant="state+action", old_logp_mode="auto",
+                      kernel_impl=impl)
+    state = jax.eval_shape(learner.init_state, params)
+    sds = jax.ShapeDtypeStruct
+    f32 = lambda *shape: sds(shape, jnp.float32)  # noqa: E731
+    batch = LearnerBatch(tokens_BT=sds((b, p + r), jnp.int32), attn_mask_BT=sds((b, p + r), jnp.int32),
+                         resp_mask_BR=f32(b, r), seed_mask_BR=f32(b, r), behavior_logp_BR=f32(b, r),
+                         sampler_logp_BR=f32(b, r), old_logp_BR=f32(b, r), ref_logp_BR=f32(b, r),
+                         advantages_B=f32(b))
+    m = learner._update.lower(state, batch).compile().memory_analysis()
+    out = dict(argument=int(m.argument_size_in_bytes), output=int(m.output_size_in_bytes),
+               alias=int(m.alias_size_in_bytes), temp=int(m.temp_size_in_bytes))
+    out["footprint"] = out["argument"] + out["output"] - out["alias"] + out["temp"]
+    return out
+
+
+def measure_in_subprocess(cases: list[dict[str, Any]], *, memory_scheduler: bool = True,
+                          timeout: float = 600) -> list[dict[str, int]]:
+    """Runs `compiled_learner_memory` for each case in a fresh single-device CPU process."""
+    import subprocess
+
+    env = dict(os.environ)
+    flags = [f for f in env.get("XLA_FLAGS", "").split()
+             if "xla_force_host_platform_device_count" not in f
+             and "concurrency_optimized_scheduler" not in f]
+    if memory_scheduler:
+        flags.append(MEMORY_SCHEDULER_FLAG)
+    env["XLA_FLAGS"] = " ".join(flags)
+    env["JAX_PLATFORMS"] = "cpu"
+    proc = subprocess.run([sys.executable, "-m", __name__, "--no-scheduler-flag", json.dumps(cases)],
+                          env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    if proc.returncode:
+        raise RuntimeError(f"xla_measure subprocess failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
+    return [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+
+
+def main(argv: list[str]) -> int:
+    args = list(argv)
+    set_flag = "--no-scheduler-flag" not in args
+    args = [a for a in args if a != "--no-scheduler-flag"]
+    if len(args) != 1:
+        print("usage: python -m tseeds_jax.scale.xla_measure [--no-scheduler-flag] JSON_CASES",
+              file=sys.stderr)
+        return 2
+    if set_flag and "jax" not in sys.modules:
+        os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") + " " + MEMORY_SCHEDULER_FLAG)
+    cases = json.loads(args[0])
+    if isinstance(cases, dict):
+        cases = [cases]
+    for case in cases:
+        print(json.dumps(compiled_learner_memory(case)), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
