@@ -106,9 +106,9 @@ def build_model(cfg: TrainConfig, vocab_size: int):
 
         model = hf.from_pretrained(init[3:], dtype=m["param_dtype"])
     elif init.startswith("orbax:"):
-        from tseeds_jax import checkpoint
+        from tseeds_jax import hf
 
-        model = checkpoint.load_model(init[6:])
+        model = hf.load_checkpoint_model(init[6:], dtype=m["param_dtype"])
     else:
         raise ConfigValueError(f"config.model.init={init!r}: expected 'random', 'hf:DIR' or "
                                "'orbax:DIR'")

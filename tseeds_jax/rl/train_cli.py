@@ -11,8 +11,9 @@ def _parse(argv: list[str]):
     from ml_collections import config_flags
 
     fv = flags.FlagValues()
+    # sys_argv: config_flags reads the config path early to define the --config.* overrides.
     config_flags.DEFINE_config_file("config", None, "path to a configs/*.py file", flag_values=fv,
-                                    lock_config=True)
+                                    lock_config=True, sys_argv=["tseeds train", *argv])
     flags.DEFINE_integer("steps", None, "override config.steps", flag_values=fv)
     flags.DEFINE_bool("resume", True, "resume from the run dir's latest checkpoint", flag_values=fv)
     if any(a in ("-h", "--help") for a in argv):
@@ -20,6 +21,11 @@ def _parse(argv: list[str]):
         raise SystemExit(0)
     try:
         fv(["tseeds train", *argv])
+    except (KeyError, AttributeError) as e:  # config_flags: an override of a field that is absent
+        overrides = [a.split("=")[0] for a in argv if a.startswith("--config.")]
+        print(f"tseeds train: no such config field {e} (overrides given: {overrides})",
+              file=sys.stderr)
+        raise SystemExit(2) from None
     except flags.Error as e:
         print(f"tseeds train: {e}", file=sys.stderr)
         raise SystemExit(2) from None
