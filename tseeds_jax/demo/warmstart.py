@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import dataclasses
 import time
-import zlib
 
 import jax
 import jax.numpy as jnp
@@ -24,41 +23,8 @@ import numpy as np
 import optax
 from flax import nnx
 
-from tseeds_jax.data.compact_arith import CompactChainSum, worked_solution
-
-
-def is_held_out(prompt: str, modulus: int = 8) -> bool:
-    """Held-out split by a hash of the prompt text: never used for warm-up or RL prompts."""
-    return zlib.crc32(prompt.encode()) % modulus == 0
-
-
-class SplitSource:
-    """The examples of a `CompactChainSum` on one side of the prompt-hash split.
-
-    Index i maps to the first example at or after i (cyclically) on the requested side, so the
-    source stays indexable without enumerating the whole range up front.
-    """
-
-    def __init__(self, source: CompactChainSum, *, held_out: bool):
-        self.source, self.held_out = source, held_out
-
-    def __len__(self) -> int:
-        return len(self.source)
-
-    def __getitem__(self, index: int):
-        n = len(self.source)
-        for j in range(n):
-            ex = self.source[(int(index) + j) % n]
-            if is_held_out(ex["prompt"]) == self.held_out:
-                return ex
-        raise IndexError("SplitSource: no example on the requested side of the split")
-
-    def solution(self, index: int, **kwargs) -> str:
-        return self.source.solution(index, **kwargs)
-
-    @staticmethod
-    def alphabet() -> str:
-        return CompactChainSum.alphabet()
+from tseeds_jax.data.compact_arith import worked_solution
+from tseeds_jax.eval.problems import SplitSource, is_held_out  # noqa: F401  (re-exported)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -85,7 +85,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.loss.loss_scale = 0.0  # seq-mean-token-sum-norm constant (LUFFY/Dr.GRPO); 0: max_response_len
 
     c.offpolicy = ml_collections.ConfigDict()  # LUFFY: 1 off-policy trace + G-1 on-policy per group
-    c.offpolicy.source = ""  # "" off | "jsonl:PATH" | "model:hf:DIR" | "model:orbax:DIR" | "model:run:DIR"
+    c.offpolicy.source = ""  # "" off | "jsonl:PATH" | "task" | "model:hf:DIR|orbax:DIR|run:DIR"
     c.offpolicy.on_missing = "error"  # prompt without a trace: "error" | "on_policy" (G on-policy)
 
     c.stale = ml_collections.ConfigDict()  # M2PO: train on stale rollouts
@@ -113,6 +113,13 @@ def default_config() -> ml_collections.ConfigDict:
     c.optim.train_layers = "all"  # "all" | "head" (final norm + output head only)
 
     c.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
+
+    # Target hardware: read by `tseeds plan` (tseeds_jax.scale) to size and check a run.
+    c.hardware = ml_collections.ConfigDict()
+    c.hardware.accelerator = ""  # "" | slice / host name: "v5p-64", "v6e-64", "8xH100", ...
+    c.hardware.hbm_gib_per_device = 0.0  # 0: from the accelerator table (v5p 95, H100 80, ...)
+    c.hardware.num_devices = 0  # 0: from the accelerator name (at run time: jax.device_count())
+    c.hardware.sampler_slots = 0  # concurrent decode slots; 0: the sampler's default (<= 256)
 
     c.checkpoint_every = 0  # 0: only at exit
     c.keep_checkpoints = 2
@@ -216,6 +223,16 @@ class OptimConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class HardwareConfig:
+    """Target hardware for `tseeds plan`; 0 / "" mean "derive it" (see default_config)."""
+
+    accelerator: str = ""
+    hbm_gib_per_device: float = 0.0
+    num_devices: int = 0
+    sampler_slots: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainConfig:
     seed: int
     run_dir: str
@@ -237,6 +254,7 @@ class TrainConfig:
     method: str = ""  # run label ("" derived; see `method_label`)
     offpolicy: OffPolicyConfig = OffPolicyConfig()
     stale: StaleConfig = StaleConfig()
+    hardware: HardwareConfig = HardwareConfig()
 
     @property
     def method_label(self) -> str:
@@ -260,7 +278,8 @@ class TrainConfig:
             checkpoint_every=d["checkpoint_every"], keep_checkpoints=d["keep_checkpoints"],
             log_every=d["log_every"], progress=d["progress"], method=d.get("method", ""),
             offpolicy=OffPolicyConfig(**d.get("offpolicy", {})),
-            stale=StaleConfig(**d.get("stale", {})))
+            stale=StaleConfig(**d.get("stale", {})),
+            hardware=HardwareConfig(**d.get("hardware", {})))
         cfg.validate()
         return cfg
 
@@ -306,6 +325,7 @@ class TrainConfig:
         if lo.kl_type not in ("k1", "k2", "k3", "abs", "kl", "mse", "low_var_kl"):
             bad("loss.kl_type", lo.kl_type, "unknown KL estimator")
         self._validate_family()
+        self._validate_hardware()
         positive_int("advantage.max_gen_batches", a.max_gen_batches)
         if a.overlong_buffer < 0 or a.overlong_buffer >= r.max_response_len:
             bad("advantage.overlong_buffer", a.overlong_buffer,
@@ -354,9 +374,11 @@ class TrainConfig:
         if not isinstance(op.source, str):
             bad("offpolicy.source", op.source, "must be a string")
         if op.source:
-            if not op.source.startswith(("jsonl:", "model:")) or len(op.source.split(":", 1)[1]) == 0:
-                bad("offpolicy.source", op.source,
-                    "expected 'jsonl:PATH' or 'model:hf:DIR' / 'model:orbax:DIR' / 'model:run:DIR'")
+            ok = op.source == "task" or (op.source.startswith(("jsonl:", "model:"))
+                                         and op.source.split(":", 1)[1] != "")
+            if not ok:
+                bad("offpolicy.source", op.source, "expected 'jsonl:PATH', 'task' or "
+                    "'model:hf:DIR' / 'model:orbax:DIR' / 'model:run:DIR'")
             if lo.name != "luffy":
                 bad("offpolicy.source", op.source,
                     f"off-policy traces have no behavior log-probs; they need loss.name='luffy' "
@@ -378,3 +400,28 @@ class TrainConfig:
                     "stale rollouts need the generation-time log-probs ('auto' or 'recompute')")
         if lo.name == "sis" and lo.params.get("scope") == "seed" and self.seeds.refresh_interval < 2:
             bad("loss.params.scope", "seed", "SIS on seed tokens needs seeds.refresh_interval > 1")
+
+    def _validate_hardware(self) -> None:
+        def bad(field, value, why):
+            raise ConfigValueError(f"config.hardware.{field}={value!r}: {why}")
+
+        hw = self.hardware
+        if not isinstance(hw.accelerator, str):
+            bad("accelerator", hw.accelerator, "must be a string like 'v5p-64' or '8xH100'")
+        hbm = hw.hbm_gib_per_device
+        if isinstance(hbm, bool) or not isinstance(hbm, (int, float)) or hbm < 0:
+            bad("hbm_gib_per_device", hbm, "must be >= 0 (0: from the accelerator)")
+        for name in ("num_devices", "sampler_slots"):
+            v = getattr(hw, name)
+            if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+                bad(name, v, "must be an integer >= 0 (0: automatic)")
+        if hw.accelerator:
+            from tseeds_jax.scale.hardware import parse_accelerator  # local; imports no JAX
+
+            try:
+                acc = parse_accelerator(hw.accelerator, hbm_gib=hbm or None)
+            except ValueError as e:
+                bad("accelerator", hw.accelerator, str(e))
+            if hw.num_devices and acc.devices and hw.num_devices != acc.devices:
+                bad("num_devices", hw.num_devices,
+                    f"{hw.accelerator} has {acc.devices} JAX devices")

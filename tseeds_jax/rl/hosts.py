@@ -30,8 +30,9 @@ def maybe_initialize_distributed() -> bool:
         return True
     n = int(os.environ.get("TSEEDS_NUM_PROCESSES", "1"))
     if n > 1:
-        if jax.default_backend() == "cpu" or os.environ.get("JAX_PLATFORMS", "") == "cpu":
-            jax.config.update("jax_cpu_collectives_implementation", "gloo")
+        # Cross-process collectives on the CPU backend (tests, CPU clusters); no effect elsewhere.
+        # Must not touch the backend here: initialize() has to come first.
+        jax.config.update("jax_cpu_collectives_implementation", "gloo")
         jax.distributed.initialize(coordinator_address=os.environ["TSEEDS_COORDINATOR_ADDRESS"],
                                    num_processes=n,
                                    process_id=int(os.environ["TSEEDS_PROCESS_ID"]))

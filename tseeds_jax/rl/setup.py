@@ -169,5 +169,10 @@ def build_env(cfg: TrainConfig, *, checkpointer=None) -> tuple[TrainEnv, Any]:
                    decode=lambda ids: tok.decode(ids, skip_special_tokens=True),
                    prompts=stream, pad_id=int(tok.pad_id), checkpointer=checkpointer,
                    ref_params=params if cfg.loss.kl_coef else None)
+    if cfg.offpolicy.source:  # LUFFY traces; errors name the file / field (rl/offpolicy.py)
+        from tseeds_jax.rl.offpolicy import build_trace_source
+
+        env.offpolicy = build_trace_source(cfg, tok, encode_prompt=stream.encode,
+                                           build_model=build_model, source=source)
     return env, tok
 

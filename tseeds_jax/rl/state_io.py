@@ -1,19 +1,29 @@
 """Checkpoints of a training run: train state, seed cache and data position, resumed exactly.
 
-    RUN_DIR/ckpt/<step>/...                 TrainState + seed-cache arrays; meta: data position,
-                                            seed-cache prompts/references, run config
-    RUN_DIR/ckpt/historical/behavior-<step> behavior-policy snapshot of each refresh (pi_b)
-    RUN_DIR/ckpt/historical/nan-<step>      the state at a non-finite loss, for inspection
+    RUN_DIR/ckpt/<step>/...                      TrainState (Orbax); meta: data position, config
+    RUN_DIR/ckpt/historical/behavior-<step>      behavior-policy snapshot of each refresh (pi_b)
+    RUN_DIR/ckpt/historical/nan-<step>           the state at a non-finite loss, for inspection
+    RUN_DIR/seed_cache/<step>/host-<i>.npz|json  each host's slice of the seed cache
+    RUN_DIR/seed_cache/<step>/host-<i>.extra.npz|json  loss-family state carried across steps
+                                                 (M2PO stale queue, STARE controller, SIS seed
+                                                 top-K; rl/plugins.py), when there is any
+
+The seed cache is host-local (every host keeps the seeds of its own samples), so each process
+writes its own file, before the Orbax step that makes the checkpoint visible; a seed-cache file
+without its Orbax step is ignored and later removed.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
+import json
 import os
 from typing import Any
 
 import jax
 import numpy as np
+from etils import epath
 
 from tseeds_jax import checkpoint
 from tseeds_jax.seeds import SeedCache
@@ -23,24 +33,87 @@ class RunCheckpointer:
     def __init__(self, run_dir: str, *, keep_last: int = 2, response_width: int,
                  snapshots: bool = True, config_json: dict | None = None):
         self.ckpts = checkpoint.Checkpoints(os.path.join(run_dir, "ckpt"), keep_last=keep_last)
+        self.seed_dir = epath.Path(str(self.ckpts.directory)).parent / "seed_cache"
         self.response_width = response_width
         self.snapshots = snapshots
         self.config_json = config_json or {}
 
-    def _tree(self, state, cache: SeedCache):
-        return {"train": state, "seed_cache": cache.to_pytree(self.response_width)}
+    # ---- the host-local seed cache ----
+    def _seed_path(self, step: int, suffix: str) -> epath.Path:
+        return self.seed_dir / str(step) / f"host-{jax.process_index():04d}.{suffix}"
 
-    def save(self, step: int, state, cache: SeedCache, prompts, *, tag: str = "") -> str:
-        tree = self._tree(state, cache)
-        meta = {"step": step, "data": prompts.get_state(), "seed_cache": cache.to_json(),
-                "tag": tag, "config": self.config_json}
+    def _write_seed_cache(self, step: int, cache: SeedCache) -> None:
+        for suffix, payload in (("npz", cache.to_pytree(self.response_width)),
+                                ("json", cache.to_json())):
+            path = self._seed_path(step, suffix)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            buf = io.BytesIO()
+            if suffix == "npz":
+                np.savez(buf, **payload)
+            else:
+                buf.write(json.dumps(payload).encode())
+            tmp = path.parent / (path.name + ".tmp")
+            tmp.write_bytes(buf.getvalue())
+            tmp.rename(path)
+
+    def _write_extra(self, step: int, extra: dict) -> None:
+        """extra: {"arrays": flat dict name -> numpy array, "json": dict}, written atomically."""
+        for suffix in ("extra.npz", "extra.json"):
+            path = self._seed_path(step, suffix)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            buf = io.BytesIO()
+            if suffix == "extra.npz":
+                np.savez(buf, **extra["arrays"])
+            else:
+                buf.write(json.dumps(extra["json"]).encode())
+            tmp = path.parent / (path.name + ".tmp")
+            tmp.write_bytes(buf.getvalue())
+            tmp.rename(path)
+
+    def _read_extra(self, step: int) -> dict | None:
+        npz, js = self._seed_path(step, "extra.npz"), self._seed_path(step, "extra.json")
+        if not npz.exists() or not js.exists():
+            return None
+        with np.load(io.BytesIO(npz.read_bytes())) as arrays:
+            flat = {k: arrays[k] for k in arrays.files}
+        return {"arrays": flat, "json": json.loads(js.read_text())}
+
+    def _read_seed_cache(self, step: int) -> SeedCache:
+        npz, js = self._seed_path(step, "npz"), self._seed_path(step, "json")
+        if not npz.exists() or not js.exists():
+            raise FileNotFoundError(f"{npz}: seed cache of checkpoint step {step} is missing")
+        with np.load(io.BytesIO(npz.read_bytes())) as arrays:
+            tree = {k: arrays[k] for k in arrays.files}
+        return SeedCache.from_state(tree, json.loads(js.read_text()))
+
+    def _collect_seed_garbage(self) -> None:
+        if not self.seed_dir.exists():
+            return
+        keep = {str(s) for s in self.ckpts.steps()}
+        for d in self.seed_dir.iterdir():
+            mine = d / f"host-{jax.process_index():04d}.npz"
+            if d.name not in keep and mine.exists():
+                for f in d.iterdir():
+                    if f.name.startswith(f"host-{jax.process_index():04d}."):
+                        f.unlink()
+
+    # ---- public ----
+    def save(self, step: int, state, cache: SeedCache, prompts, *, tag: str = "",
+             extra: dict | None = None) -> str:
+        """extra: optional loss-family state ({"arrays", "json"}; rl/plugins.py), host-local."""
+        meta = {"step": step, "data": prompts.get_state(), "tag": tag,
+                "config": self.config_json}
         if tag == "nan":
             name = f"nan-{step:08d}"
-            self.ckpts.save_historical(name, tree, meta, overwrite=True)
+            self.ckpts.save_historical(name, {"train": state}, meta, overwrite=True)
             return str(self.ckpts.directory / checkpoint.HISTORICAL_DIR / name)
         if step not in self.ckpts.steps():
-            self.ckpts.save(step, tree, meta)
+            self._write_seed_cache(step, cache)
+            if extra:
+                self._write_extra(step, extra)
+            self.ckpts.save(step, {"train": state}, meta)
         self.ckpts.wait()
+        self._collect_seed_garbage()
         return str(self.ckpts.directory / str(step))
 
     def save_behavior_snapshot(self, step: int, params) -> None:
@@ -48,19 +121,19 @@ class RunCheckpointer:
             self.ckpts.save_historical(f"behavior-{step:08d}", params, {"step": step},
                                        overwrite=True)
 
-    def restore_latest(self, state_template) -> tuple[int, Any, SeedCache, dict] | None:
-        """(step, TrainState, SeedCache, data position) of the latest checkpoint, or None."""
+    def restore_latest(self, state_template, *, with_extra: bool = False) -> tuple | None:
+        """(step, TrainState, SeedCache, data position) of the latest checkpoint, or None.
+
+        with_extra: append the loss-family state given to `save` (or None) to the tuple.
+        """
         step = self.ckpts.latest_step()
         if step is None:
             return None
         meta = self.ckpts.read_meta(step)
-        # The seed-cache arrays have data-dependent shapes: read them without a target.
-        raw, _ = self.ckpts.restore(step)
-        target = {"train": checkpoint.abstract_target(state_template),
-                  "seed_cache": jax.tree_util.tree_map(np.asarray, raw["seed_cache"])}
+        target = {"train": checkpoint.abstract_target(state_template)}
         tree, _ = self.ckpts.restore(step, target=target)
-        cache = SeedCache.from_state(tree["seed_cache"], meta["seed_cache"])
-        return int(meta["step"]), tree["train"], cache, meta["data"]
+        out = (int(meta["step"]), tree["train"], self._read_seed_cache(step), meta["data"])
+        return out + (self._read_extra(step),) if with_extra else out
 
 
 def load_run(run_dir: str, step: int | None = None):

@@ -25,6 +25,7 @@ from tseeds_jax.rl import rollout
 from tseeds_jax.rl.config import TrainConfig
 from tseeds_jax.rl.learner import Learner, TrainState
 from tseeds_jax.rl.metrics import MetricsWriter
+from tseeds_jax.rl.plugins import MethodPlugins, learner_old_logp_mode
 from tseeds_jax.seeds import SeedCache, make_seed_batch, sample_rngs, truncation
 
 ROLLOUT, BEHAVIOR, TOPUP = 1, 2, 3  # random streams of generation seeds
@@ -51,6 +52,7 @@ class TrainEnv:
     pad_id: int = 0
     checkpointer: Any = None  # tseeds_jax.rl.state_io.RunCheckpointer or None
     ref_params: Any = None  # reference policy for the KL loss
+    offpolicy: Any = None  # LUFFY trace source (tseeds_jax.rl.offpolicy) or None
 
 
 class Trainer:
@@ -60,8 +62,9 @@ class Trainer:
         self.hosts = hosts_lib.Hosts.current()
         self.batch_sharding = batch_sharding
         self.learner = Learner(env.graphdef, env.params, cfg.loss, cfg.optim,
-                               variant=cfg.seeds.variant, old_logp_mode=cfg.optim.old_logp,
+                               variant=cfg.seeds.variant, old_logp_mode=learner_old_logp_mode(cfg),
                                batch_sharding=batch_sharding if self.hosts.single else None)
+        self.plugins = MethodPlugins(self)  # loss-family hooks (rl/plugins.py)
         self.state: TrainState = self.learner.init_state(env.params)
         self.cache = SeedCache()
         self.step = 0
@@ -103,6 +106,7 @@ class Trainer:
             rngs = sample_rngs(c.seed, step + j, b * g)[first : first + len(behavior)]
             self.cache.batches[step + j] = make_seed_batch(
                 prompts, refs, responses, logp, ent, self.rule, rngs)
+            self.plugins.after_seed_batch(step + j, params, tokens, attn)
         return batches[0], n_tokens
 
     def _collect(self, params, step: int):
@@ -118,7 +122,7 @@ class Trainer:
         elif c.seeded:
             sb = self.cache.take(step)
             prompts, refs = sb.prompt_ids, sb.references
-            seeds = (sb.seed_tokens, sb.seed_logp)
+            seeds = (sb.seed_tokens, sb.seed_logp) + self.plugins.seed_extras(step)
         else:
             prompts, refs = self.env.prompts.take(b)
         if seeds is None:  # seeded batches were sliced to this host at refresh time
@@ -128,7 +132,8 @@ class Trainer:
         t0 = time.perf_counter()
         samples = rollout.continue_samples(self.env.sample_fn, params, prompts, refs, g, r,
                                            (stream_seed(c.seed, step, ROLLOUT), first),
-                                           seeds=seeds)
+                                           seeds=seeds,
+                                           **self.plugins.rollout_kwargs(prompts, step, first))
         info["rollout_time"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         rollout.score_samples(samples, self.env.reward_fn, self.env.decode)
@@ -148,7 +153,8 @@ class Trainer:
         while len(kept) < quota and rounds < c.advantage.max_gen_batches:
             prompts, refs, first = self._local(*self.env.prompts.take(b))
             extra = rollout.continue_samples(self.env.sample_fn, params, prompts, refs, g, r,
-                                             (stream_seed(c.seed, step, TOPUP, rounds), first))
+                                             (stream_seed(c.seed, step, TOPUP, rounds), first),
+                                             **self.plugins.rollout_kwargs(prompts, step, first))
             rollout.score_samples(extra, self.env.reward_fn, self.env.decode)
             kept += _keep_varied_groups(extra, g)
             rounds += 1
@@ -165,7 +171,7 @@ class Trainer:
         # Sampling and per-sequence statistics use a host-local replica of the parameters.
         params = hosts_lib.local_replica(self.state.params)
         sampler_params = _cast(params, self.cfg.model.get("sampler_dtype", "float32"))
-        samples, info = self._collect(sampler_params, step)
+        samples, info = self.plugins.collect(sampler_params, params, step)
         g, r = c.rollout.group_size, c.rollout.max_response_len
         adv = (rollout.sample_advantages(samples, norm_by_std=c.advantage.norm_by_std,
                                          max_response_len=r,
@@ -174,23 +180,25 @@ class Trainer:
                if samples else np.zeros(0))
         batch = rollout.build_batch(samples, adv, prompt_width=self._prompt_width(),
                                     response_width=r, pad_id=self.env.pad_id,
-                                    num_rows=c.rollout.batch_prompts * g // self.hosts.count)
+                                    num_rows=c.rollout.batch_prompts * g // self.hosts.count,
+                                    top_k=self.learner.sis_top_k)
         t0 = time.perf_counter()
-        if self.learner.needs_old_logp:
-            batch = batch.replace(old_logp_BR=self.learner.stats(
-                params, batch.tokens_BT, batch.attn_mask_BT, r)[0])
+        batch = self.plugins.prepare_batch(params, batch)  # old log-probs, SIS proposals
         if c.loss.kl_coef:
             batch = batch.replace(ref_logp_BR=self.learner.stats(
                 self.env.ref_params, batch.tokens_BT, batch.attn_mask_BT, r)[0])
         if not self.hosts.single:
             batch = hosts_lib.to_global(batch, self.batch_sharding)
-        self.state, lmetrics = self.learner.update(self.state, batch)
+        self.state, lmetrics = self.learner.update(self.state, batch,
+                                                   **self.plugins.update_kwargs(step))
         lmetrics = jax.device_get(lmetrics)
+        self.plugins.after_update(lmetrics)
         learner_time = time.perf_counter() - t0
         step_time = time.perf_counter() - t_start
         metrics = _sample_metrics(_gather_samples(samples, self.hosts), g)
         metrics.update({k: v for k, v in lmetrics.items()})
         metrics.update(info.pop("all_groups"))
+        metrics.update(self.plugins.step_metrics(samples))
         gen_tokens = sum(len(s.cont_ids) for s in samples) + info["behavior_tokens"]
         metrics.update(info)
         metrics.update(time_learner=learner_time, time_step=step_time, generated_tokens=gen_tokens,
@@ -211,16 +219,17 @@ class Trainer:
         if self.env.checkpointer is None:
             return None
         return self.env.checkpointer.save(self.step, self.state, self.cache, self.env.prompts,
-                                          tag=tag)
+                                          tag=tag, extra=self.plugins.state())
 
     def restore(self) -> bool:
         """Resumes from the latest checkpoint of the run dir, if any; True if it did."""
         if self.env.checkpointer is None:
             return False
-        got = self.env.checkpointer.restore_latest(self.state)
+        got = self.env.checkpointer.restore_latest(self.state, with_extra=True)
         if got is None:
             return False
-        self.step, self.state, self.cache, data_state = got
+        self.step, self.state, self.cache, data_state, extra = got
+        self.plugins.load(extra)
         self.env.prompts.set_state(data_state)
         self.writer.truncate_after(self.step)
         return True

@@ -146,6 +146,8 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens, tempera
     """
     graphdef, params = split_model(model)
     cfg = nnx.merge(graphdef, params).cfg  # merge wraps the arrays; nothing is copied
+    if isinstance(prompts, np.ndarray) and prompts.ndim == 2:
+        prompts = list(prompts)
     if not isinstance(prompts, Sequence) or isinstance(prompts, (str, bytes)):
         raise TypeError(f"prompts: expected a list of token-id lists, got {type(prompts).__name__}")
     n = len(prompts)

@@ -35,7 +35,7 @@ CASE_DEFAULTS: dict[str, Any] = dict(
 def case_parts(case: dict[str, Any]):
     """(ModelConfig, OptimConfig, LossConfig, B, P, R, kernel_impl) of a case dict."""
     from tseeds_jax.model import ModelConfig
-    from tseeds_jax.rl.config import LossConfig, OptimConfig
+    from tseeds_jax.rl.config import TrainConfig, default_config
 
     c = {**CASE_DEFAULTS, **case}
     unknown = set(c) - set(CASE_DEFAULTS)
@@ -48,12 +48,15 @@ def case_parts(case: dict[str, Any]):
                        num_key_value_heads=c["num_key_value_heads"],
                        tie_word_embeddings=c["tie_word_embeddings"],
                        param_dtype=c["param_dtype"], dtype=c["dtype"], remat=c["remat"])
-    ocfg = OptimConfig(lr=1e-6, warmup_steps=10, weight_decay=0.1, b1=0.9, b2=0.999, eps=1e-8,
-                       grad_clip=1.0, mini_batches=c["mini_batches"], epochs=1,
-                       micro_batch_size=c["micro_batch_size"], old_logp="auto",
-                       train_layers="all")
-    lcfg = LossConfig(name="dapo", clip_low=0.2, clip_high=0.28, clip_c=10.0,
-                      agg_mode="token-mean", entropy_coef=0.0, kl_coef=0.0, kl_type="k3")
+    # Loss and optimizer sections from the validated defaults (DAPO, AdamW with the paper-scale
+    # configs' values), so that new config fields keep their defaults here.
+    cd = default_config()
+    cd.optim.lr, cd.optim.warmup_steps, cd.optim.weight_decay = 1e-6, 10, 0.1
+    cd.rollout.batch_prompts, cd.rollout.group_size = c["batch"], 1
+    cd.rollout.max_response_len = c["response_len"]
+    cd.optim.mini_batches, cd.optim.micro_batch_size = c["mini_batches"], c["micro_batch_size"]
+    tcfg = TrainConfig.from_config(cd)
+    ocfg, lcfg = tcfg.optim, tcfg.loss
     return mcfg, ocfg, lcfg, c["batch"], c["prompt_len"], c["response_len"], c["kernel_impl"]
 
 
@@ -79,7 +82,9 @@ def compiled_learner_memory(case: dict[str, Any]) -> dict[str, int]:
                          resp_mask_BR=f32(b, r), seed_mask_BR=f32(b, r), behavior_logp_BR=f32(b, r),
                          sampler_logp_BR=f32(b, r), old_logp_BR=f32(b, r), ref_logp_BR=f32(b, r),
                          advantages_B=f32(b))
-    m = learner._update.lower(state, batch).compile().memory_analysis()
+    rng = jax.eval_shape(lambda: jax.random.PRNGKey(0))
+    m = learner._update.lower(state, batch, rng, learner.initial_stare_state()).compile() \
+        .memory_analysis()
     out = dict(argument=int(m.argument_size_in_bytes), output=int(m.output_size_in_bytes),
                alias=int(m.alias_size_in_bytes), temp=int(m.temp_size_in_bytes))
     out["footprint"] = out["argument"] + out["output"] - out["alias"] + out["temp"]

@@ -1,0 +1,15 @@
+"""CTPO (cumulative token ratio, ratio-space clip), mini-batched, Qwen2.5-Math-7B / DAPO-Math-17k.
+
+Method settings: tseeds_jax/rl/family_configs.py (`apply_method`, method "ctpo"); the run label
+`config.method` is "ctpo".
+
+    tseeds train --config configs/qwen25_math_7b_ctpo.py \
+        --config.model.init=hf:DIR --config.tokenizer=hf:DIR \
+        --config.data.source=dapo_math_17k:PATH
+"""
+
+from tseeds_jax.rl.family_configs import apply_method, qwen25_math_7b_base
+
+
+def get_config():
+    return apply_method(qwen25_math_7b_base(), "ctpo", scale="paper")

@@ -1,0 +1,15 @@
+"""Thinking Seeds + CTPO-LA ratio, Qwen2.5-Math-7B / DAPO-Math-17k.
+
+Method settings: tseeds_jax/rl/family_configs.py (`apply_method`, method "seeds_ctpo"); the run label
+`config.method` is "seeds_ctpo".
+
+    tseeds train --config configs/qwen25_math_7b_seeds_ctpo.py \
+        --config.model.init=hf:DIR --config.tokenizer=hf:DIR \
+        --config.data.source=dapo_math_17k:PATH
+"""
+
+from tseeds_jax.rl.family_configs import apply_method, qwen25_math_7b_base
+
+
+def get_config():
+    return apply_method(qwen25_math_7b_base(), "seeds_ctpo", scale="paper")

@@ -1,0 +1,15 @@
+"""SIS on GSPO-token, mini-batched, Qwen2.5-Math-7B / DAPO-Math-17k.
+
+Method settings: tseeds_jax/rl/family_configs.py (`apply_method`, method "sis_gspo"); the run label
+`config.method` is "sis_gspo".
+
+    tseeds train --config configs/qwen25_math_7b_sis_gspo.py \
+        --config.model.init=hf:DIR --config.tokenizer=hf:DIR \
+        --config.data.source=dapo_math_17k:PATH
+"""
+
+from tseeds_jax.rl.family_configs import apply_method, qwen25_math_7b_base
+
+
+def get_config():
+    return apply_method(qwen25_math_7b_base(), "sis_gspo", scale="paper")

@@ -1,0 +1,15 @@
+"""Thinking Seeds (length-ratio seeds, T 8) with the DAPO loss, Qwen2.5-Math-7B / DAPO-Math-17k.
+
+Method settings: tseeds_jax/rl/family_configs.py (`apply_method`, method "thinking_seeds"); the run label
+`config.method` is "thinking_seeds".
+
+    tseeds train --config configs/qwen25_math_7b_thinking_seeds.py \
+        --config.model.init=hf:DIR --config.tokenizer=hf:DIR \
+        --config.data.source=dapo_math_17k:PATH
+"""
+
+from tseeds_jax.rl.family_configs import apply_method, qwen25_math_7b_base
+
+
+def get_config():
+    return apply_method(qwen25_math_7b_base(), "thinking_seeds", scale="paper")

@@ -1,0 +1,14 @@
+"""GSPO (sequence ratio, clip 3e-4/4e-4), mini-batched, on the tiny default task.
+
+Method settings: tseeds_jax/rl/family_configs.py (`apply_method`, method "gspo"); the run label
+`config.method` is "gspo".
+
+    tseeds train --config configs/tiny_gspo.py --config.steps=20
+"""
+
+from tseeds_jax.rl.config import tiny_config
+from tseeds_jax.rl.family_configs import apply_method
+
+
+def get_config():
+    return apply_method(tiny_config(), "gspo", scale="tiny")

@@ -1,0 +1,333 @@
+"""The demo experiment: tokenizer, warm-started base policy, RL methods x training seeds, evaluation.
+
+Output folder layout (read by `tseeds_jax.eval.report`):
+  DIR/tokenizer.model             character sentencepiece model
+  DIR/base/                       base policy checkpoint (a run folder `tseeds eval` can load),
+                                  eval.json (sampled), eval_greedy.json
+  DIR/runs/<method>/seed<k>/      one RL run: method.json, metrics.jsonl, eval_curve.json,
+                                  eval.json, ckpt/
+  DIR/relay.json                  relay (base -> final on-policy) vs single-model pass@k
+  DIR/demo.json                   command, setup, method order, timings
+Everything runs in one process, so the sampler's and learner's compiled code is reused.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import time
+from typing import Any
+
+import jax
+import numpy as np
+
+from tseeds_jax.data.compact_arith import CompactChainSum
+from tseeds_jax.demo.warmstart import SplitSource, WarmStartConfig, warm_start
+from tseeds_jax.eval.evaluate import EvalResult, Problem, evaluate, reward_score_fn
+from tseeds_jax.eval.problems import EVAL_SPLIT_SEED, held_out_problems
+from tseeds_jax.eval.relay import relay_evaluate
+
+
+
+@dataclasses.dataclass(frozen=True)
+class Method:
+    name: str  # folder / table key
+    label: str  # human-readable name in the report
+    overrides: dict[str, Any]  # dotted config fields
+
+
+def default_methods() -> list[Method]:
+    return [
+        Method("dapo", "On-policy DAPO", {"seeds.refresh_interval": 1}),
+        Method("ts_ratio", "Thinking Seeds (ratio 0.5, T 8)",
+               {"seeds.refresh_interval": 8, "seeds.truncation": "ratio", "seeds.ratio": 0.5}),
+        Method("ts_entropy", "Thinking Seeds (entropy, T 8)",
+               {"seeds.refresh_interval": 8, "seeds.truncation": "entropy", "seeds.top_k": 8}),
+        Method("dapo_minibatch", "On-policy DAPO, 4 mini-batches",
+               {"seeds.refresh_interval": 1, "optim.mini_batches": 4}),
+    ]
+
+
+@dataclasses.dataclass(frozen=True)
+class DemoConfig:
+    out: str = "runs/demo"
+    task: tuple[tuple[str, int], ...] = (("min_terms", 3), ("max_terms", 5), ("min_digits", 1),
+                                         ("max_digits", 1))
+    # model: a small Qwen2-style decoder
+    hidden_size: int = 128
+    num_layers: int = 3
+    heads: int = 4
+    prompt_width: int = 12
+    response_width: int = 48
+    warm: WarmStartConfig = WarmStartConfig()
+    # RL
+    rl_steps: int = 300
+    seeds: tuple[int, ...] = (0, 1, 2)
+    methods: tuple[str, ...] = ("dapo", "ts_ratio", "ts_entropy", "dapo_minibatch")
+    minibatch_seeds: int = 1  # the mini-batched baseline is there for its profiles
+    rl_overrides: tuple[tuple[str, Any], ...] = ()
+    # evaluation
+    eval_problems: int = 256
+    eval_n: int = 16  # samples per problem for the final evaluations (k up to 16)
+    curve_problems: int = 128
+    curve_n: int = 4
+    curve_points: int = 6
+    relay_ratio: float = 0.5
+    temperature: float = 1.0
+
+    @property
+    def task_params(self) -> dict[str, int]:
+        return dict(self.task)
+
+
+def quick_config(out: str) -> DemoConfig:
+    return DemoConfig(out=out, warm=WarmStartConfig(steps=300), rl_steps=24, seeds=(0, 1),
+                      eval_problems=48, eval_n=4, curve_problems=32, curve_n=2, curve_points=3)
+
+
+def rl_config(dc: DemoConfig, tokenizer_path: str, run_dir: str, seed: int, method: Method):
+    """The validated TrainConfig of one RL run (tiny_config + demo settings + method)."""
+    from tseeds_jax.rl.config import TrainConfig, tiny_config
+
+    c = tiny_config()
+    c.run_dir = run_dir
+    c.seed = seed
+    c.steps = dc.rl_steps
+    c.tokenizer = f"spm:{os.path.abspath(tokenizer_path)}"
+    c.data.params = dc.task_params
+    c.data.max_prompt_len = dc.prompt_width
+    c.model.arch.hidden_size = dc.hidden_size
+    c.model.arch.intermediate_size = 4 * dc.hidden_size
+    c.model.arch.num_hidden_layers = dc.num_layers
+    c.model.arch.num_attention_heads = dc.heads
+    c.model.arch.num_key_value_heads = dc.heads
+    c.model.arch.max_position_embeddings = 128
+    c.rollout.batch_prompts = 16
+    c.rollout.group_size = 8
+    c.rollout.max_response_len = dc.response_width
+    c.optim.lr = 1e-3
+    c.optim.train_layers = "head"
+    c.seeds.snapshots = False
+    c.checkpoint_every = 0
+    c.keep_checkpoints = 1
+    c.progress = False
+    for key, value in list(dc.rl_overrides) + list(method.overrides.items()):
+        node = c
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    return TrainConfig.from_config(c), c
+
+
+def model_config(dc: DemoConfig, vocab_size: int):
+    from tseeds_jax.model import ModelConfig
+
+    return ModelConfig.from_hf_dict(dict(
+        model_type="qwen2", vocab_size=vocab_size, hidden_size=dc.hidden_size,
+        intermediate_size=4 * dc.hidden_size, num_hidden_layers=dc.num_layers,
+        num_attention_heads=dc.heads, num_key_value_heads=dc.heads, tie_word_embeddings=True,
+        max_position_embeddings=128, rope_theta=10000.0))
+
+
+def held_out(dc: DemoConfig, tok, count: int) -> list[Problem]:
+    src = CompactChainSum(seed=EVAL_SPLIT_SEED, size=100000, config=dc.task_params)
+    return held_out_problems(src, tok.encode, count, max_prompt_len=dc.prompt_width)
+
+
+class Evaluator:
+    """Held-out evaluations with fixed problems and sampler settings."""
+
+    def __init__(self, dc: DemoConfig, tok):
+        self.dc, self.tok = dc, tok
+        self.final_problems = held_out(dc, tok, dc.eval_problems)
+        self.curve_problems = self.final_problems[:dc.curve_problems]
+        self.score = reward_score_fn("compact_arith")
+        self.kw = dict(decode=lambda ids: tok.decode(ids, skip_special_tokens=True),
+                       score_fn=self.score, max_new_tokens=dc.response_width,
+                       stop_tokens=tok.stop_ids, max_prefill_length=dc.prompt_width)
+
+    def final(self, model, seed: int = 0, temperature: float | None = None) -> EvalResult:
+        t = self.dc.temperature if temperature is None else temperature
+        n = self.dc.eval_n if t > 0 else 1
+        return evaluate(model, self.final_problems, n=n, temperature=t, seed=seed, **self.kw)
+
+    def curve(self, model, seed: int = 0) -> EvalResult:
+        return evaluate(model, self.curve_problems, n=self.dc.curve_n,
+                        temperature=self.dc.temperature, seed=seed, **self.kw)
+
+    def relay(self, early, final, seed: int = 0) -> EvalResult:
+        return relay_evaluate(early, final, self.final_problems, n=self.dc.eval_n,
+                              ratio=self.dc.relay_ratio, temperature=self.dc.temperature,
+                              seed=seed, **self.kw)
+
+
+def _write_json(path: str, obj) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(obj, f, indent=1, default=float)
+    os.replace(tmp, path)
+
+
+def train_tokenizer(dc: DemoConfig):
+    from tseeds_jax.data.tokenizer_train import train_sentencepiece
+
+    src = CompactChainSum(seed=0, size=1000, config=dc.task_params)
+    texts = [src[i]["prompt"] for i in range(200)] + [src.solution(i) for i in range(200)]
+    texts.append(src.alphabet())
+    path = os.path.join(dc.out, "tokenizer.model")
+    os.makedirs(dc.out, exist_ok=True)
+    return train_sentencepiece(texts, vocab_size=64, model_type="char", out=path), path
+
+
+def save_base(dc: DemoConfig, tok_path: str, params) -> str:
+    """Writes the base policy as a run folder (step-0 checkpoint with its config)."""
+    from tseeds_jax.rl.runner import make_trainer
+
+    run_dir = os.path.join(dc.out, "base")
+    cfg, cd = rl_config(dc, tok_path, run_dir, 0, default_methods()[0])
+    trainer = make_trainer(cfg, config_json=json.loads(cd.to_json_best_effort()),
+                           env_overrides={"params": params})
+    trainer._save()
+    trainer.writer.close()
+    return run_dir
+
+
+def run_one(dc: DemoConfig, tok_path: str, base_params, method: Method, seed: int,
+            evaluator: Evaluator, bar=None) -> dict[str, Any]:
+    """One RL run from the base policy; writes its folder and returns its final evaluation."""
+    from tseeds_jax.rl.runner import make_trainer
+    from tseeds_jax.rl.setup import PromptStream
+
+    run_dir = os.path.join(dc.out, "runs", method.name, f"seed{seed}")
+    cfg, cd = rl_config(dc, tok_path, run_dir, seed, method)
+    _write_json(os.path.join(run_dir, "method.json"),
+                {"method": method.name, "label": method.label, "seed": seed,
+                 "overrides": method.overrides, "steps": cfg.steps})
+    if os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
+        os.remove(os.path.join(run_dir, "metrics.jsonl"))
+    train_src = SplitSource(CompactChainSum(seed=seed, size=100000, config=dc.task_params),
+                            held_out=False)
+    trainer = make_trainer(cfg, config_json=json.loads(cd.to_json_best_effort()),
+                           env_overrides={"params": base_params})
+    trainer.env.prompts = PromptStream(train_src, evaluator.tok.encode, dc.prompt_width, seed=seed)
+    graphdef = trainer.env.graphdef
+    eval_steps = sorted({int(round(x)) for x in np.linspace(0, cfg.steps, dc.curve_points + 1)})
+    curve = []
+    tokens = [0]
+
+    def record(step):
+        res = evaluator.curve((graphdef, trainer.state.params), seed=1000 + step)
+        curve.append({"step": step, "generated_tokens": tokens[0], "avg": res.avg,
+                      "correct": res.correct, "n": res.n})
+
+    record(0)
+
+    def progress(step, end, m):
+        tokens[0] += int(m["generated_tokens"])
+        if step in eval_steps:
+            record(step)
+        if bar is not None:
+            bar.update(1)
+            bar.set_postfix_str(f"{method.name} s{seed} acc={m['accuracy']:.2f} "
+                                f"H={float(m.get('entropy/all', 0)):.2f}")
+
+    t0 = time.perf_counter()
+    trainer.run(progress=progress)
+    train_time = time.perf_counter() - t0
+    final = evaluator.final((graphdef, trainer.state.params), seed=7)
+    _write_json(os.path.join(run_dir, "eval_curve.json"), curve)
+    out = final.to_json()
+    out["train_seconds"] = train_time
+    _write_json(os.path.join(run_dir, "eval.json"), out)
+    return {"final": final, "params": trainer.state.params, "graphdef": graphdef,
+            "train_seconds": train_time}
+
+
+def run_demo(dc: DemoConfig, *, command: str = "", log=print) -> dict[str, Any]:
+    """All phases; returns {"timings", "base", "results"} and writes DIR/demo.json."""
+    from flax import nnx
+    from tqdm.auto import tqdm
+
+    from tseeds_jax.model import init_model
+
+    t_all = time.perf_counter()
+    timings: dict[str, float] = {}
+    os.makedirs(dc.out, exist_ok=True)
+    t0 = time.perf_counter()
+    tok, tok_path = train_tokenizer(dc)
+    mcfg = model_config(dc, tok.vocab_size)
+    model = init_model(mcfg, seed=0)
+    log(f"[demo] tokenizer: {tok.vocab_size} ids; model: {mcfg.num_params / 1e6:.2f}M params, "
+        f"{dc.num_layers} layers x {dc.hidden_size}")
+    train_src = SplitSource(CompactChainSum(seed=99, size=100000, config=dc.task_params),
+                            held_out=False)
+    with tqdm(total=dc.warm.steps, desc="warm start (SFT)", unit="step") as bar:
+        def warm_progress(done, total, loss):
+            bar.update(done - bar.n)
+            bar.set_postfix(loss=f"{loss:.3f}")
+
+        graphdef, base_params, winfo = warm_start(model, tok, train_src, dc.warm,
+                                                  prompt_width=dc.prompt_width,
+                                                  response_width=dc.response_width,
+                                                  progress=warm_progress)
+    timings["warm_start"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    evaluator = Evaluator(dc, tok)
+    base_model = (graphdef, base_params)
+    base_eval = evaluator.final(base_model, seed=7)
+    greedy = evaluator.final(base_model, temperature=0.0)
+    # The RL learner expects the trainer's params structure: reuse the split state directly.
+    base_dir = save_base(dc, tok_path, base_params)
+    _write_json(os.path.join(base_dir, "eval.json"), base_eval.to_json())
+    _write_json(os.path.join(base_dir, "eval_greedy.json"), greedy.to_json())
+    timings["base_eval"] = time.perf_counter() - t0
+    log(f"[demo] base policy: sampled pass@1 {100 * base_eval.avg:.1f}%, greedy "
+        f"{100 * greedy.avg:.1f}%, mean response {base_eval.mean_length:.1f} tokens "
+        f"(warm start {winfo['steps']} steps, {winfo['seconds']:.0f}s)")
+
+    methods = [m for m in default_methods() if m.name in dc.methods]
+    plan = [(m, s) for m in methods
+            for s in (dc.seeds[:dc.minibatch_seeds] if m.name == "dapo_minibatch" else dc.seeds)]
+    results: dict[str, list[dict]] = {}
+    t0 = time.perf_counter()
+    first_dapo = None
+    with tqdm(total=len(plan) * dc.rl_steps, desc="RL runs", unit="step") as bar:
+        for method, seed in plan:
+            r = run_one(dc, tok_path, base_params, method, seed, evaluator, bar)
+            results.setdefault(method.name, []).append({"seed": seed, "avg": r["final"].avg})
+            tqdm.write(f"[demo] {method.label} seed {seed}: held-out pass@1 "
+                       f"{100 * r['final'].avg:.1f}% ({r['train_seconds']:.0f}s)")
+            if method.name == "dapo" and first_dapo is None:
+                first_dapo = r
+    timings["rl"] = time.perf_counter() - t0
+
+    if first_dapo is not None:
+        t0 = time.perf_counter()
+        final_model = (first_dapo["graphdef"], first_dapo["params"])
+        relay = {"early": "base", "final": "runs/dapo/seed0", "ratio": dc.relay_ratio,
+                 "single": evaluator.final(final_model, seed=11).to_json(),
+                 "early_single": base_eval.to_json(),
+                 "relay": evaluator.relay(base_model, final_model, seed=11).to_json()}
+        _write_json(os.path.join(dc.out, "relay.json"), relay)
+        timings["relay"] = time.perf_counter() - t0
+    timings["total"] = time.perf_counter() - t_all
+    demo = {"command": command, "methods": [m.name for m in methods], "baseline": "dapo",
+            "timings": timings,
+            "setup": {
+                "task": f"compact chain sums {dc.task_params}, held-out split by prompt hash",
+                "model": f"Qwen2-style decoder, {dc.num_layers} layers x {dc.hidden_size}, "
+                         f"{mcfg.num_params / 1e6:.2f}M parameters, character tokenizer "
+                         f"({tok.vocab_size} ids)",
+                "warm start": f"{winfo['steps']} SFT steps x {dc.warm.batch_size} sequences on "
+                              f"worked solutions with step-error rate {dc.warm.error_rate}",
+                "RL": f"{dc.rl_steps} steps x 16 prompts x 8 samples per run, training seeds "
+                      f"{list(dc.seeds)}; overrides {dict(dc.rl_overrides)}",
+                "evaluation": f"{dc.eval_problems} held-out problems x {dc.eval_n} samples at "
+                              f"temperature {dc.temperature} (final); curves: "
+                              f"{dc.curve_problems} x {dc.curve_n}",
+            }}
+    _write_json(os.path.join(dc.out, "demo.json"), demo)
+    return {"timings": timings, "base": base_eval, "greedy": greedy, "results": results}

@@ -1,0 +1,285 @@
+"""Markdown report with PNG plots for a folder of runs (a demo output or any set of run folders).
+
+Inputs (all optional except at least one run folder, see `rundata`):
+  ROOT/demo.json   {"command", "methods": [order], "baseline": METHOD, "setup": {...},
+                    "timings": {...}}
+  ROOT/base/eval.json, ROOT/base/eval_greedy.json   held-out evaluation of the base policy
+  ROOT/relay.json  {"early", "final", "ratio", "single": EvalResult, "relay": EvalResult,
+                    "early_single": EvalResult}
+Outputs: ROOT/report.md and ROOT/plots/*.png.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from typing import Any
+
+import numpy as np
+
+from tseeds_jax.eval import plots
+from tseeds_jax.eval.rundata import (RunData, find_runs, group_methods, mean_profile,
+                                     problem_interval, t_interval, welch)
+
+SECTIONS = ("## Base policy", "## Final accuracy per method", "## Accuracy during training",
+            "## avg@k and pass@k", "## Relay vs single-model inference", "## Positional profiles",
+            "## Step-time overhead of seeding")
+
+WARMUP_STEPS = 5  # steps excluded from step-time means (they include compilation)
+
+
+def _read(path: str):
+    if not os.path.exists(path):
+        return None
+    with open(path) as f:
+        return json.load(f)
+
+
+def _pct(x: float) -> str:
+    return "n/a" if x is None or not math.isfinite(x) else f"{100 * x:.1f}"
+
+
+def _pm(mean: float, half: float) -> str:
+    if not math.isfinite(half):
+        return f"{_pct(mean)}"
+    return f"{_pct(mean)} ± {_pct(half)}"
+
+
+def _final_values(runs: list[RunData]) -> list[float]:
+    return [float(r.final["avg_at_n"]) for r in runs if r.final]
+
+
+def _mean_step_time(run: RunData) -> float:
+    ts = [m["time_step"] for m in run.metrics[WARMUP_STEPS:] if m.get("time_step") is not None]
+    return float(np.mean(ts)) if ts else float("nan")
+
+
+def _mean_tokens(run: RunData) -> float:
+    ts = [m["generated_tokens"] for m in run.metrics if m.get("generated_tokens") is not None]
+    return float(np.mean(ts)) if ts else float("nan")
+
+
+def write_report(root: str, *, out: str | None = None) -> str:
+    """Writes ROOT/report.md (or `out`) and the plots; returns the report path."""
+    runs = find_runs(root)
+    demo = _read(os.path.join(root, "demo.json")) or {}
+    if not runs and not demo:
+        raise FileNotFoundError(f"report: no run folders (method.json) under {root!r}")
+    methods = group_methods(runs, demo.get("methods"))
+    baseline = demo.get("baseline") or (next(iter(methods)) if methods else None)
+    plot_dir = os.path.join(root, "plots")
+    os.makedirs(plot_dir, exist_ok=True)
+    base = _read(os.path.join(root, "base", "eval.json"))
+    base_greedy = _read(os.path.join(root, "base", "eval_greedy.json"))
+    relay = _read(os.path.join(root, "relay.json"))
+    lines: list[str] = ["# Thinking Seeds demo report", ""]
+    if demo.get("command"):
+        lines += [f"Produced by: `{demo['command']}`", ""]
+    for key, value in (demo.get("setup") or {}).items():
+        lines.append(f"- **{key}**: {value}")
+    if demo.get("setup"):
+        lines.append("")
+    lines += ["Accuracies are percentages on held-out problems (prompts whose hash puts them in "
+              "the evaluation split; never used for warm-up or RL). avg@n = mean fraction of "
+              "correct samples per problem at the training temperature; intervals over training "
+              "seeds are 95% Student-t intervals, intervals for a single evaluation treat "
+              "problems as the sampling unit.", ""]
+
+    # ---- base ----
+    lines += [SECTIONS[0], ""]
+    base_avg = None
+    if base:
+        base_avg, half = problem_interval(base["correct"], base["n"])
+        lines.append(f"- sampled avg@{base['n']} (pass@1): **{_pm(base_avg, half)}** "
+                     f"over {base['num_problems']} problems; mean response length "
+                     f"{base['mean_length']:.1f} tokens")
+        pk = ", ".join(f"pass@{k} {_pct(v)}" for k, v in base["pass_at_k"].items())
+        lines.append(f"- {pk}")
+    if base_greedy:
+        lines.append(f"- greedy accuracy: {_pct(base_greedy['avg_at_n'])}")
+    if not base and not base_greedy:
+        lines.append("(no base evaluation in this folder)")
+    lines.append("")
+
+    # ---- final accuracy ----
+    lines += [SECTIONS[1], ""]
+    base_vals = _final_values(methods.get(baseline, [])) if baseline else []
+    lines += ["| method | seeds | final avg@n (95% CI) | per seed | vs base | "
+              f"vs {methods[baseline][0].label if baseline in methods else 'baseline'} (Welch p) |",
+              "|---|---|---|---|---|---|"]
+    verdicts = []
+    for method, rs in methods.items():
+        vals = _final_values(rs)
+        if not vals:
+            continue
+        mean, half = t_interval(vals)
+        per_seed = ", ".join(_pct(v) for v in vals)
+        vs_base = f"{100 * (mean - base_avg):+.1f}" if base_avg is not None else "n/a"
+        if method == baseline or not base_vals:
+            vs_bl = "—"
+        else:
+            diff, p, sig = welch(vals, base_vals)
+            vs_bl = f"{100 * diff:+.1f} (p={p:.2f})" if math.isfinite(p) else f"{100 * diff:+.1f}"
+            spread = max(np.std(vals, ddof=1) if len(vals) > 1 else 0.0,
+                         np.std(base_vals, ddof=1) if len(base_vals) > 1 else 0.0)
+            verdicts.append(
+                f"- {rs[0].label} vs {methods[baseline][0].label}: difference "
+                f"{100 * diff:+.1f} points, seed-to-seed std up to {100 * spread:.1f} points; "
+                + ("the difference **exceeds** the seed-to-seed spread (Welch t-test p < 0.05)."
+                   if sig else "the difference is **within** the seed-to-seed spread "
+                   "(Welch t-test p ≥ 0.05, or too few seeds): no method is shown better."))
+        lines.append(f"| {rs[0].label} | {len(vals)} | {_pm(mean, half)} | {per_seed} | "
+                     f"{vs_base} | {vs_bl} |")
+    lines.append("")
+    if base_avg is not None:
+        for method, rs in methods.items():
+            vals = _final_values(rs)
+            if len(vals) >= 2:
+                mean, half = t_interval(vals)
+                lo = mean - half
+                verdict = ("above the base beyond seed spread" if lo > base_avg
+                           else "not clearly above the base")
+                lines.append(f"- {rs[0].label}: {_pm(mean, half)} vs base {_pct(base_avg)} — "
+                             f"{verdict} (95% interval lower end {_pct(lo)}).")
+        lines.append("")
+    lines += verdicts + [""]
+
+    # ---- curves ----
+    lines += [SECTIONS[2], ""]
+    if any(r.curve for r in runs):
+        plots.accuracy_curves(methods, os.path.join(plot_dir, "accuracy.png"), base=base_avg)
+        lines += ["![accuracy](plots/accuracy.png)", "",
+                  "Held-out avg@n during training against step (left) and against cumulative "
+                  "generated tokens including behavior rollouts (right); shaded: 95% interval "
+                  "over training seeds.", ""]
+    else:
+        lines += ["(no evaluation curves)", ""]
+
+    # ---- pass@k table ----
+    lines += [SECTIONS[3], ""]
+    series: dict[str, dict[int, float]] = {}
+    ks: list[int] = []
+    rows = []
+    if base:
+        series["base"] = {int(k): v for k, v in base["pass_at_k"].items()}
+        ks = sorted(series["base"])
+        rows.append(("base", base["avg_at_n"], series["base"], 1))
+    for method, rs in methods.items():
+        finals = [r.final for r in rs if r.final]
+        if not finals:
+            continue
+        kk = sorted(int(k) for k in finals[0]["pass_at_k"])
+        ks = ks or kk
+        pk = {k: float(np.mean([f["pass_at_k"][str(k)] for f in finals])) for k in kk}
+        series[rs[0].label] = pk
+        rows.append((rs[0].label, float(np.mean([f["avg_at_n"] for f in finals])), pk,
+                     len(finals)))
+    if rows:
+        n_eval = (base or (methods and next((r.final for rs in methods.values() for r in rs
+                                              if r.final), None)) or {}).get("n", "n")
+        lines += [f"Mean over training seeds of avg@{n_eval} and unbiased pass@k.", "",
+                  "| method | seeds | avg@n | " + " | ".join(f"pass@{k}" for k in ks) + " |",
+                  "|---|---|---|" + "---|" * len(ks)]
+        for label, avg, pk, cnt in rows:
+            lines.append(f"| {label} | {cnt} | {_pct(avg)} | "
+                         + " | ".join(_pct(pk.get(k, float('nan'))) for k in ks) + " |")
+        plots.pass_at_k_curves(series, os.path.join(plot_dir, "pass_at_k.png"),
+                               "pass@k on held-out problems")
+        lines += ["", "![pass@k](plots/pass_at_k.png)", ""]
+    else:
+        lines += ["(no final evaluations)", ""]
+
+    # ---- relay ----
+    lines += [SECTIONS[4], ""]
+    if relay:
+        s, rl = relay["single"], relay["relay"]
+        lines += [f"Early checkpoint `{relay['early']}` writes the first "
+                  f"{100 * relay['ratio']:.0f}% of each response (by its own length), final "
+                  f"checkpoint `{relay['final']}` completes it; {s['num_problems']} problems, "
+                  f"n = {s['n']} samples each (paper Section 3.1).", "",
+                  "| k | " + " | ".join(str(k) for k in s["pass_at_k"]) + " |",
+                  "|---|" + "---|" * len(s["pass_at_k"])]
+        table = [("single (final)", s)]
+        if relay.get("early_single"):
+            table.append(("single (early)", relay["early_single"]))
+        table.append(("relay (early → final)", rl))
+        for label, res in table:
+            lines.append(f"| {label} | " + " | ".join(_pct(v) for v in res["pass_at_k"].values())
+                         + " |")
+        diff = {k: rl["pass_at_k"][k] - s["pass_at_k"][k] for k in s["pass_at_k"]}
+        lines += ["", "relay − single pass@k (points): "
+                  + ", ".join(f"k={k}: {100 * v:+.1f}" for k, v in diff.items()), ""]
+        plots.pass_at_k_curves({lab: {int(k): v for k, v in res["pass_at_k"].items()}
+                                for lab, res in table},
+                               os.path.join(plot_dir, "relay.png"), "relay vs single-model pass@k")
+        lines += ["![relay](plots/relay.png)", ""]
+    else:
+        lines += ["(no relay evaluation in this folder)", ""]
+
+    # ---- profiles ----
+    lines += [SECTIONS[5], ""]
+    if any(r.metrics for r in runs):
+        plots.profiles(methods, os.path.join(plot_dir, "profiles.png"))
+        lines += ["![profiles](plots/profiles.png)", "",
+                  "Token entropy and clipped-token fraction per 10% bin of relative position in "
+                  "the response, averaged over all training steps and seeds (on-policy: paper "
+                  "Figure 3(a); mini-batched on-policy: Figure 3(b); seeded: Figure 4).", "",
+                  "| method | entropy first/middle/last bin | clipfrac first/middle/last bin | "
+                  "seed-token share |", "|---|---|---|---|"]
+        for method, rs in methods.items():
+            ent = [p for p in (mean_profile(r.metrics, "pos_entropy") for r in rs) if p is not None]
+            clip = [p for p in (mean_profile(r.metrics, "pos_clipfrac") for r in rs)
+                    if p is not None]
+            seedf = [p for p in (mean_profile(r.metrics, "pos_seedfrac") for r in rs)
+                     if p is not None]
+            if not ent:
+                continue
+            e, c = np.nanmean(ent, axis=0), np.nanmean(clip, axis=0)
+            sf = float(np.nanmean(seedf)) if seedf else float("nan")
+            lines.append(f"| {rs[0].label} | {e[0]:.3f} / {e[5]:.3f} / {e[9]:.3f} | "
+                         f"{c[0]:.4f} / {c[5]:.4f} / {c[9]:.4f} | {_pct(sf)}% |")
+        lines.append("")
+    else:
+        lines += ["(no training metrics)", ""]
+
+    # ---- overhead ----
+    lines += [SECTIONS[6], ""]
+    if baseline in methods and any(r.metrics for r in methods[baseline]):
+        bt = float(np.nanmean([_mean_step_time(r) for r in methods[baseline]]))
+        btok = float(np.nanmean([_mean_tokens(r) for r in methods[baseline]]))
+        lines += [f"Mean wall-clock time per training step (steps after the first "
+                  f"{WARMUP_STEPS}, which include compilation) relative to "
+                  f"{methods[baseline][0].label}; the paper reports 1.1–1.2× at ratio 0.5, T 8. "
+                  "Runs of one demo share the machine, so small differences are noise.", "",
+                  "| method | s/step | × baseline | generated tokens/step | × baseline |",
+                  "|---|---|---|---|---|"]
+        for method, rs in methods.items():
+            t = float(np.nanmean([_mean_step_time(r) for r in rs]))
+            tok = float(np.nanmean([_mean_tokens(r) for r in rs]))
+            lines.append(f"| {rs[0].label} | {t:.4f} | {t / bt:.2f}× | {tok:.0f} | "
+                         f"{tok / btok:.2f}× |")
+        lines.append("")
+    else:
+        lines += ["(no baseline step times)", ""]
+    if demo.get("timings"):
+        lines += ["Wall-clock of the demo phases (s): "
+                  + ", ".join(f"{k} {v:.0f}" for k, v in demo["timings"].items()), ""]
+    path = out or os.path.join(root, "report.md")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    return path
+
+
+def summary(root: str) -> dict[str, Any]:
+    """Machine-readable numbers of a report folder (used by the demo's console output)."""
+    runs = find_runs(root)
+    methods = group_methods(runs)
+    out = {}
+    for method, rs in methods.items():
+        vals = _final_values(rs)
+        if vals:
+            mean, half = t_interval(vals)
+            out[method] = {"label": rs[0].label, "mean": mean, "half_width": half,
+                           "per_seed": vals}
+    return out

@@ -1,0 +1,538 @@
+"""Per-device memory plan of a training config: what lives in HBM, per phase, and does it fit.
+
+Letters: B sequences, P prompt width, R response width, T = P + R, D model width, F MLP width,
+H query heads, K kv heads, E head dim, L layers, V vocabulary, N tokens, S cache length,
+G group size. Sizes are bytes per device unless a name says otherwise.
+
+The model (docs/scale.md explains each term):
+
+* resident for the whole run: parameters, AdamW's two moments (param dtype, as optax keeps
+  them), the frozen reference parameters when `loss.kl_coef > 0`. Each leaf is divided by the
+  mesh axes that the rules table of `tseeds_jax.model.sharding` gives it (embed -> fsdp; heads,
+  MLP width, vocab -> tensor; a dimension that does not divide is replicated, as there).
+* learner step (one micro-batch alive at a time): the gradient accumulator and the micro-batch's
+  gradient, the batch, the activations that the backward pass needs (all layers, or only the
+  layer inputs with `model.remat` plus one layer recomputed), the backward working set of one
+  layer, the fused log-prob kernel's buffers (never [tokens, vocab] logits), FSDP-gathered layer
+  weights; or, if larger, the optimizer update's working set.
+* sampler: the parameters cast to `model.sampler_dtype`, the KV cache (slots x S x L x 2 x K x E),
+  one batched prefill (its attention scores are materialised: no flash attention) or one decode
+  step.
+* statistics pass (behavior / old / reference log-probs): a no-grad forward of a whole batch.
+* host: the seed cache (T-1 batches of B x G seeds: token ids and float32 log-probs / entropies).
+
+Peak HBM = resident + max(learner step, sampler, statistics pass). Activation counts per layer
+(how many [N, D], [N, F] and [B, H, T, T] buffers are alive) are the coefficients below; they were
+read off the layer code and checked against XLA's buffer assignment (tests/test_plan_xla.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import os
+import types
+from collections.abc import Mapping
+from typing import Any
+
+from tseeds_jax.scale.hardware import GIB, Accelerator, parse_accelerator
+
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+FIT_FRACTION = 0.9  # usable share of HBM: the rest is runtime, collectives, fragmentation
+
+# ---- activation coefficients (buffers alive per decoder layer, in units of the named shape) ----
+# Saved for the backward pass without remat: residual in/mid, two norm outputs and their float32
+# statistics ([N, D]); q, attention output ([N, H*E]), k, v ([N, K*E]); gate, up and
+# silu(gate)*up ([N, F]); the float32 softmax of the scores ([B, H, T, T]).
+SAVED_ND, SAVED_NF, SAVED_SCORES = 5.0, 3.0, 1.0
+# Backward of one layer on top of what is saved: gradients of the MLP and attention
+# intermediates, d scores / d probs (float32).
+WORK_ND, WORK_NF, WORK_SCORES = 4.0, 4.0, 2.0
+# Chunked XLA kernel: logits tiles alive in its backward (z, d z and one temporary).
+CHUNKED_TILES = 3
+# Optimizer update: per-leaf temporaries (clipped grad, new moments, update) of the largest leaf.
+OPT_LEAF_TEMPS = 4
+
+
+@dataclasses.dataclass(frozen=True)
+class Workload:
+    """Everything the estimate depends on; `from_train_config` builds it from a config."""
+
+    model: Any  # tseeds_jax.model.ModelConfig (param_dtype / dtype / remat included)
+    mesh: tuple[int, int, int]  # (data, fsdp, tensor), resolved
+    batch_prompts: int
+    group_size: int
+    prompt_len: int
+    response_len: int
+    mini_batches: int = 1
+    micro_batch_size: int = 0  # global sequences per micro-batch; 0 = the mini-batch
+    refresh_interval: int = 1
+    truncation: str = "ratio"
+    ratio: float = 0.5
+    sampler_dtype: str = "float32"
+    sampler_slots: int = 0  # 0 = the driver's default: next power of two >= requests, <= 256
+    sampler_placement: str = "replica"  # "replica": one device per host (the trainer now)
+    kernel_impl: str = "pallas"  # "pallas" (TPU/GPU) | "chunked" (XLA, CPU default)
+    kl_coef: float = 0.0
+    old_logp_recompute: bool = False
+    devices_per_host: int = 1
+
+    @property
+    def sequences(self) -> int:
+        return self.batch_prompts * self.group_size
+
+    @property
+    def num_devices(self) -> int:
+        return math.prod(self.mesh)
+
+    def replace(self, **changes) -> Workload:
+        return dataclasses.replace(self, **changes)
+
+
+@dataclasses.dataclass(frozen=True)
+class Term:
+    phase: str  # "resident" | "learner" | "sampler" | "stats" | "host"
+    name: str
+    bytes: int
+    note: str = ""
+
+
+@dataclasses.dataclass(frozen=True)
+class Plan:
+    workload: Workload
+    terms: tuple[Term, ...]
+    hbm_bytes: int | None
+    warnings: tuple[str, ...] = ()
+
+    def phase_total(self, phase: str) -> int:
+        return sum(t.bytes for t in self.terms if t.phase == phase)
+
+    @property
+    def learner_step_bytes(self) -> int:
+        """Resident state + the learner step: comparable to XLA's footprint of the update."""
+        return self.phase_total("resident") + self.phase_total("learner")
+
+    @property
+    def peak_phase(self) -> str:
+        return max(("learner", "sampler", "stats"), key=self.phase_total)
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.phase_total("resident") + self.phase_total(self.peak_phase)
+
+    @property
+    def usable_bytes(self) -> int | None:
+        return None if self.hbm_bytes is None else int(self.hbm_bytes * FIT_FRACTION)
+
+    @property
+    def fits(self) -> bool | None:
+        return None if self.hbm_bytes is None else self.peak_bytes <= self.usable_bytes
+
+    def to_dict(self) -> dict[str, Any]:
+        w = self.workload
+        return {
+            "mesh": dict(zip(("data", "fsdp", "tensor"), w.mesh)),
+            "terms": [dataclasses.asdict(t) for t in self.terms],
+            "phases": {p: self.phase_total(p)
+                       for p in ("resident", "learner", "sampler", "stats", "host")},
+            "peak_phase": self.peak_phase, "peak_bytes": self.peak_bytes,
+            "learner_step_bytes": self.learner_step_bytes,
+            "hbm_bytes": self.hbm_bytes, "usable_bytes": self.usable_bytes, "fits": self.fits,
+            "warnings": list(self.warnings),
+        }
+
+
+# ---------------------------------------------------------------------------------------------
+# parameters under the sharding rules
+
+
+def _leaf_shapes(mcfg):
+    """[(path, shape, logical axes)] of every parameter, from an abstract model (no memory)."""
+    from flax import nnx
+
+    from tseeds_jax.model.sharding import abstract_model
+
+    state = nnx.state(abstract_model(mcfg))
+    out = []
+    for path, var in nnx.to_flat_state(state):
+        axes = var.get_metadata().get("axes")
+        out.append((tuple(str(p) for p in path), tuple(var.value.shape), axes))
+    return out
+
+
+def _shard_factor(shape, axes, mesh_sizes: Mapping[str, int]) -> int:
+    """How many ways a parameter is split: the rules table's PartitionSpec on this mesh."""
+    from tseeds_jax.model.sharding import logical_to_pspec
+
+    if axes is None:
+        return 1
+    fake = types.SimpleNamespace(shape=dict(mesh_sizes))
+    import logging
+
+    logger = logging.getLogger("tseeds_jax.model.sharding")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # replication of indivisible dims is reported by the plan
+    try:
+        spec = logical_to_pspec(axes, shape=shape, mesh=fake, what="plan")
+    finally:
+        logger.setLevel(level)
+    factor = 1
+    for entry in spec:
+        for axis in (entry if isinstance(entry, tuple) else (entry,)):
+            if axis is not None:
+                factor *= mesh_sizes[axis]
+    return factor
+
+
+@dataclasses.dataclass(frozen=True)
+class ParamLayout:
+    total: int  # parameters (count)
+    per_device: float  # parameters held by one device (count, fractional shards averaged)
+    largest_leaf_per_device: float
+    layer_per_tensor: float  # one decoder layer, gathered over fsdp, split over tensor (count)
+    unembed: int  # D x V (count)
+
+
+def param_layout(mcfg, mesh: tuple[int, int, int]) -> ParamLayout:
+    sizes = dict(zip(("data", "fsdp", "tensor"), mesh))
+    total = per_dev = largest = layer = 0.0
+    tensor_only = {"data": 1, "fsdp": 1, "tensor": sizes["tensor"]}
+    for path, shape, axes in _leaf_shapes(mcfg):
+        n = math.prod(shape)
+        share = n / _shard_factor(shape, axes, sizes)
+        total += n
+        per_dev += share
+        largest = max(largest, share)
+        if len(path) > 1 and path[0] == "layers" and path[1] == "0":
+            layer += n / _shard_factor(shape, axes, tensor_only)
+    unembed = mcfg.hidden_size * mcfg.vocab_size
+    return ParamLayout(int(total), per_dev, largest, layer, unembed)
+
+
+# ---------------------------------------------------------------------------------------------
+# helpers
+
+
+def _div(n: int, k: int) -> tuple[int, bool]:
+    """(n / k, True) when k divides n, else (n, False): indivisible dims are replicated."""
+    return (n // k, True) if k > 1 and n % k == 0 else (n, k == 1)
+
+
+def cache_bucket(length: int) -> int:
+    """The sampler's cache length for `length` positions (tseeds_jax.sampling.core.cache_bucket)."""
+    from tseeds_jax.sampling.core import cache_bucket as bucket
+
+    return bucket(length)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+PREFILL_TOKENS = 8192  # padded tokens per batched prefill (tseeds_jax.sampling.driver)
+
+
+# ---------------------------------------------------------------------------------------------
+# the estimate
+
+
+def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
+    """The per-device memory plan of `w` (see the module docstring for the model)."""
+    m = w.model
+    data, fsdp, tensor = w.mesh
+    if min(w.mesh) < 1:
+        raise ValueError(f"mesh {w.mesh}: every axis must be resolved to a size >= 1")
+    warns: list[str] = []
+    pb, a = DTYPE_BYTES[m.param_dtype], DTYPE_BYTES[m.dtype]
+    sb = DTYPE_BYTES[w.sampler_dtype]
+    lay = param_layout(m, w.mesh)
+    d, f, v, e = m.hidden_size, m.intermediate_size, m.vocab_size, m.head_size
+    h, k, nl = m.num_attention_heads, m.num_key_value_heads, m.num_hidden_layers
+    h_t, ok_h = _div(h, tensor)
+    k_t, ok_k = _div(k, tensor)
+    f_t, ok_f = _div(f, tensor)
+    if tensor > 1 and not (ok_h and ok_k and ok_f):
+        warns.append(f"mesh.tensor={tensor} does not divide heads={h} / kv_heads={k} / "
+                     f"mlp={f}: those activations are replicated over tensor")
+    terms: list[Term] = []
+    add = lambda phase, name, nbytes, note="": terms.append(  # noqa: E731
+        Term(phase, name, int(nbytes), note))
+
+    # ---- resident ----
+    param_bytes = lay.per_device * pb
+    add("resident", "parameters", param_bytes,
+        f"{lay.total / 1e9:.2f}B params x {pb} B / (fsdp x tensor shards)")
+    add("resident", "optimizer state", 2 * param_bytes, "AdamW mu + nu in the param dtype")
+    if w.kl_coef:
+        add("resident", "reference parameters", param_bytes, "loss.kl_coef > 0")
+
+    # ---- learner step ----
+    n_seq = w.sequences
+    batch_shards = data * fsdp
+    mini = n_seq // w.mini_batches
+    micro = w.micro_batch_size or mini
+    b, ok_b = _div(micro, batch_shards)
+    if batch_shards > 1 and not ok_b:
+        warns.append(f"micro-batch of {micro} sequences is not divisible by data x fsdp = "
+                     f"{batch_shards}: it is replicated on every device")
+    t_len = w.prompt_len + w.response_len
+    n_tok = b * t_len
+    n_resp = b * w.response_len
+    u_steps = max(mini // micro, 1)
+    rows_dev = n_seq // batch_shards if n_seq % batch_shards == 0 else n_seq
+    batch_bytes = rows_dev * (2 * t_len * 4 + 7 * w.response_len * 4 + 4)
+    add("learner", "batch", batch_bytes, f"{rows_dev} sequences x T={t_len} on this device")
+    add("learner", "gradients", 2 * param_bytes,
+        "accumulator + one micro-batch's gradient" if u_steps > 1 else
+        "gradient + its accumulated copy")
+    nd, nf = n_tok * d * a, n_tok * f_t * a
+    n_he = n_tok * (2 * h_t + 2 * k_t) * e * a
+    scores = b * h_t * t_len * t_len * (4 + (a if a != 4 else 0))
+    saved_layer = SAVED_ND * nd + SAVED_NF * nf + n_he + SAVED_SCORES * scores
+    work_layer = WORK_ND * nd + WORK_NF * nf + n_he + WORK_SCORES * b * h_t * t_len * t_len * 4
+    outside = 2 * nd + n_resp * d * a + b * t_len * t_len  # embeddings, final norm, slice, mask
+    if m.remat:
+        acts = nl * nd + saved_layer + work_layer + outside
+        note = f"remat: {nl} layer inputs + 1 layer recomputed; {b} seq x T={t_len}/device"
+    else:
+        acts = nl * saved_layer + work_layer + outside
+        note = f"{nl} layers saved; {b} seq x T={t_len} per device"
+    add("learner", "activations", acts, note)
+    cdt = 4 if 4 in (pb, a) else a
+    if w.kernel_impl == "chunked":
+        bn, bv = min(2048, n_resp), min(2048, v)
+        kern = CHUNKED_TILES * bn * bv * 4 + d * v * 4 + 2 * n_resp * d * 4 + 6 * n_resp * 4
+        knote = f"chunked: {CHUNKED_TILES} [{bn}x{bv}] f32 tiles, d unembed f32, d hidden f32"
+    else:
+        np_, nv = -(-n_resp // 256) * 256, -(-v // 512)
+        kern = 4 * nv * np_ * 4 + d * v * 4 + np_ * d * 4 + 256 * 512 * 4 * 4
+        knote = "pallas: partial softmax stats, d unembed f32 [D,V], d hidden f32"
+    if fsdp * tensor > 1:
+        kern += d * v * cdt
+        knote += "; unembed gathered (the kernel is not partitioned)"
+    add("learner", "log-prob kernel", kern, knote)
+    if fsdp > 1 or pb != a:
+        gathered = 2 * lay.layer_per_tensor * (pb + a) if fsdp > 1 else lay.layer_per_tensor * a
+        add("learner", "gathered layer weights", gathered,
+            "FSDP all-gather of 2 layers (+ compute-dtype copy)" if fsdp > 1 else
+            "compute-dtype copy of one layer's weights")
+    opt_work = OPT_LEAF_TEMPS * lay.largest_leaf_per_device * 4
+    backward = sum(t.bytes for t in terms if t.phase == "learner")
+    optimizer = batch_bytes + 2 * param_bytes + opt_work
+    if optimizer > backward:  # the optimizer update dominates: replace the backward terms
+        terms = [t for t in terms if t.phase != "learner"]
+        add("learner", "batch", batch_bytes)
+        add("learner", "gradients", 2 * param_bytes)
+        add("learner", "optimizer update temporaries", opt_work)
+
+    # ---- sampler ----
+    if w.sampler_placement == "replica":
+        per_host = max(w.devices_per_host, 1)
+        hosts = max(w.num_devices // per_host, 1)
+        requests = -(-n_seq // hosts)
+        s_params = lay.total * sb
+        add("sampler", "sampler parameters", s_params + (lay.total * pb if sb != pb else 0),
+            "full replica on one device per host" + (" + cast copy" if sb != pb else ""))
+        sh_b, sh_k, sh_h, sh_v = 1, 1, 1, 1
+    else:
+        requests = n_seq
+        s_params = lay.per_device * sb
+        if sb != pb:
+            add("sampler", "sampler parameters (cast)", s_params, f"{w.sampler_dtype} copy")
+        sh_b, sh_k, sh_h, sh_v = batch_shards, (tensor if ok_k else 1), (tensor if ok_h else 1), 1
+    slots = w.sampler_slots or min(256, _pow2_at_least(requests))
+    cache_len = cache_bucket(t_len)
+    slots_dev = slots // sh_b if slots % sh_b == 0 else slots
+    kv = slots_dev * cache_len * nl * 2 * (k // sh_k) * e * a
+    add("sampler", "KV cache", kv, f"{slots_dev} slots x S={cache_len} x {nl} layers x 2 x "
+        f"{k // sh_k} kv heads x E={e}")
+    if w.refresh_interval > 1:
+        seed_max = (round(w.response_len * w.ratio) if w.truncation == "ratio"
+                    else w.response_len - 1)
+    else:
+        seed_max = 0
+    max_prefill = w.prompt_len + w.response_len
+    t_pre = min(max(16, _pow2_at_least(w.prompt_len + seed_max)), max_prefill)
+    rows = max(1, PREFILL_TOKENS // t_pre)
+    rows = min(1 << (rows.bit_length() - 1), _pow2_at_least(requests))
+    hd = h // sh_h
+    prefill = (rows * hd * t_pre * t_pre * (4 + 4 + a)  # scores, softmax (f32), probs
+               + rows * t_pre * nl * 2 * (k // sh_k) * e * a  # the prefill's own KV
+               + rows * t_pre * (4 * d + 3 * f) * a)
+    decode = slots_dev * (3 * v * 4 + hd * cache_len * 8) + slots_dev * 2 * 4 * w.response_len
+    if prefill >= decode:
+        add("sampler", "prefill", prefill, f"{rows} rows x {t_pre} tokens, scores materialised")
+    else:
+        add("sampler", "decode step", decode, "logits / sampling buffers, attention scores")
+
+    # ---- statistics pass (no grad, whole batch) ----
+    needs_stats = w.refresh_interval > 1 or w.old_logp_recompute or w.kl_coef
+    if needs_stats:
+        if w.sampler_placement == "replica":
+            srows, s_h, s_f, s_par = requests, h, f, lay.total * pb
+        else:
+            srows, s_h, s_f, s_par = rows_dev, h_t, f_t, 0
+        sn = srows * t_len
+        st = (srows * s_h * t_len * t_len * (8 + a) + sn * (4 * d + 3 * s_f) * a
+              + srows * w.response_len * 16)
+        st += (CHUNKED_TILES * min(2048, srows * w.response_len) * min(2048, v) * 4
+               if w.kernel_impl == "chunked" else 4 * -(-v // 512) * srows * w.response_len * 4)
+        add("stats", "forward of the batch", st,
+            f"{srows} sequences at once (trainer's learner.stats is not micro-batched)")
+        if s_par:
+            add("stats", "parameter replica", s_par, "full replica on one device per host")
+
+    # ---- host ----
+    if w.refresh_interval > 1:
+        seeds = (w.refresh_interval - 1) * n_seq * w.response_len * (4 + 4 + 4)
+        add("host", "seed cache (host RAM)", seeds,
+            f"(T-1)={w.refresh_interval - 1} batches x {n_seq} x R={w.response_len} x "
+            "(id + log-prob + entropy)")
+    return Plan(w, tuple(terms), hbm_bytes, tuple(warns))
+
+
+# ---------------------------------------------------------------------------------------------
+# from a config
+
+
+def model_config_for(cfg, *, read_hf: bool = True):
+    """The ModelConfig a config trains: config.json of `model.init = "hf:DIR"` when that folder
+    exists, else `model.arch` (the paper configs spell the architecture out for this)."""
+    from tseeds_jax.model import ModelConfig
+
+    mdict = cfg.model
+    run = dict(param_dtype=mdict["param_dtype"], dtype=mdict["dtype"], remat=mdict["remat"])
+    init = mdict["init"]
+    if read_hf and isinstance(init, str) and init.startswith("hf:"):
+        path = os.path.join(init[3:], "config.json")
+        if os.path.exists(path):
+            return ModelConfig.from_hf_file(path, **run)
+    arch = dict(mdict["arch"])
+    if not arch.get("vocab_size"):
+        raise ValueError("config.model.arch.vocab_size=0: the plan needs the vocabulary size "
+                         "(set model.arch.vocab_size, or point model.init at an HF folder)")
+    return ModelConfig.from_hf_dict(arch, source="config.model.arch", **run)
+
+
+def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
+                         num_devices: int | None = None, kernel_impl: str | None = None,
+                         sampler_placement: str | None = None, read_hf: bool = True) -> Workload:
+    """A Workload from a validated `TrainConfig` (its `hardware` section fills the gaps)."""
+    from tseeds_jax.model.sharding import MeshSpec
+
+    hw = getattr(cfg, "hardware", None)
+    hw = dataclasses.asdict(hw) if dataclasses.is_dataclass(hw) else dict(hw or {})
+    n = num_devices or hw.get("num_devices") or (accelerator.devices if accelerator else None)
+    if not n:
+        raise ValueError("plan: the number of devices is unknown: set config.hardware.accelerator "
+                         "(e.g. 'v5p-64') or config.hardware.num_devices")
+    mesh = MeshSpec.coerce(cfg.mesh).resolve(int(n))
+    if kernel_impl is None:
+        fam = accelerator.family if accelerator else ""
+        kernel_impl = "chunked" if fam in ("", "cpu") else "pallas"
+    per_host = (accelerator.devices_per_host if accelerator and accelerator.devices_per_host
+                else min(int(n), 8))
+    o = cfg.optim
+    return Workload(
+        model=model_config_for(cfg, read_hf=read_hf), mesh=mesh,
+        batch_prompts=cfg.rollout.batch_prompts, group_size=cfg.rollout.group_size,
+        prompt_len=int(cfg.data["max_prompt_len"]), response_len=cfg.rollout.max_response_len,
+        mini_batches=o.mini_batches, micro_batch_size=o.micro_batch_size,
+        refresh_interval=cfg.seeds.refresh_interval, truncation=cfg.seeds.truncation,
+        ratio=cfg.seeds.ratio, sampler_dtype=cfg.model.get("sampler_dtype", "float32"),
+        sampler_slots=int(hw.get("sampler_slots", 0) or 0),
+        sampler_placement=sampler_placement or "replica", kernel_impl=kernel_impl,
+        kl_coef=cfg.loss.kl_coef,
+        old_logp_recompute=(o.old_logp == "recompute" or
+                            (o.old_logp == "auto" and o.updates_per_batch > 1)),
+        devices_per_host=per_host)
+
+
+# ---------------------------------------------------------------------------------------------
+# suggestions
+
+
+@dataclasses.dataclass(frozen=True)
+class Suggestion:
+    change: str  # a config override, e.g. "--config.optim.micro_batch_size=16"
+    why: str
+    plan: Plan
+
+
+def _candidates(w: Workload):
+    """(override text, why, new workload) for each single setting change that may save memory."""
+    data, fsdp, tensor = w.mesh
+    m = w.model
+    out = []
+    if not m.remat:
+        out.append(("--config.model.remat=True", "keep only layer inputs for the backward",
+                    w.replace(model=m.replace(remat=True))))
+    mini = w.sequences // w.mini_batches
+    micro = w.micro_batch_size or mini
+    shards = data * fsdp
+    if micro // 2 >= shards and (micro // 2) and mini % (micro // 2) == 0:
+        out.append((f"--config.optim.micro_batch_size={micro // 2}",
+                    "halve the sequences per micro-batch (same update, more accumulation steps)",
+                    w.replace(micro_batch_size=micro // 2)))
+    if data > 1:
+        out.append((f"--config.mesh.data={data // 2} --config.mesh.fsdp={fsdp * 2}",
+                    "shard parameters and optimizer state over more devices",
+                    w.replace(mesh=(data // 2, fsdp * 2, tensor))))
+    heads_ok = lambda t: m.num_key_value_heads % t == 0 and m.num_attention_heads % t == 0  # noqa
+    for src, (nd, nf) in (("fsdp", (data, fsdp // 2)), ("data", (data // 2, fsdp))):
+        if (nd * nf * tensor * 2 == w.num_devices and nd >= 1 and nf >= 1
+                and heads_ok(tensor * 2) and m.intermediate_size % (tensor * 2) == 0):
+            out.append((f"--config.mesh.data={nd} --config.mesh.fsdp={nf} "
+                        f"--config.mesh.tensor={tensor * 2}",
+                        f"split heads / MLP / vocab over 2x more devices (from {src})",
+                        w.replace(mesh=(nd, nf, tensor * 2))))
+            break
+    if m.dtype == "float32":
+        out.append(("--config.model.dtype=bfloat16", "bfloat16 activations and KV cache",
+                    w.replace(model=m.replace(dtype="bfloat16"))))
+    if w.sampler_dtype == "float32" and m.param_dtype == "float32":
+        out.append(("--config.model.sampler_dtype=bfloat16", "sample with bfloat16 weights",
+                    w.replace(sampler_dtype="bfloat16")))
+    slots = w.sampler_slots or min(256, _pow2_at_least(w.sequences))
+    if slots > 8:
+        out.append((f"--config.hardware.sampler_slots={slots // 2}",
+                    "fewer concurrent decode slots (smaller KV cache, slower rollouts)",
+                    w.replace(sampler_slots=slots // 2)))
+    if w.sampler_placement == "replica":
+        out.append(("(trainer) sample on the mesh instead of one device per host",
+                    "code change: shard sampler params / KV cache / stats by the rules table",
+                    w.replace(sampler_placement="sharded")))
+    return out
+
+
+def suggestions(plan: Plan, *, max_rounds: int = 6) -> tuple[list[Suggestion], list[Suggestion]]:
+    """(ranked single changes, a greedy path of changes to a fit).
+
+    Single changes are ranked by the peak after applying each one alone; the path applies the
+    best change again and again until the plan fits (or `max_rounds`)."""
+    hbm = plan.hbm_bytes
+    ranked = []
+    for change, why, w2 in _candidates(plan.workload):
+        p2 = estimate(w2, hbm_bytes=hbm)
+        if p2.peak_bytes < plan.peak_bytes:
+            ranked.append(Suggestion(change, why, p2))
+    ranked.sort(key=lambda s: s.plan.peak_bytes)
+    path: list[Suggestion] = []
+    cur = plan
+    if hbm is None:
+        return ranked, path
+    for _ in range(max_rounds):
+        if cur.fits:
+            break
+        options = [(estimate(w2, hbm_bytes=hbm), c, why) for c, why, w2 in _candidates(cur.workload)]
+        options = [o for o in options if o[0].peak_bytes < cur.peak_bytes * 0.99]
+        if not options:
+            break
+        best = min(options, key=lambda o: o[0].peak_bytes)
+        path.append(Suggestion(best[1], best[2], best[0]))
+        cur = best[0]
+    return ranked, path
+
+
+def gib(nbytes: float) -> float:
+    return nbytes / GIB

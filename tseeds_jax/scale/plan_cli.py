@@ -1,0 +1,145 @@
+"""`tseeds plan --config configs/NAME.py[:VARIANT] [--config.a.b=value ...] [options]`.
+
+Prints the per-device memory plan of a training config (parameters, optimizer state, gradients,
+activations, the fused log-prob kernel, the sampler's KV cache and prefill, the statistics pass,
+the host-side seed cache), whether it fits the accelerator's HBM, and ranked changes that make it
+fit, each with the estimate after the change. See docs/scale.md.
+
+Options:
+  --accelerator NAME   override config.hardware.accelerator (v5p-64, v6e-64, 8xH100, ...)
+  --hbm-gib X          HBM per device in GiB (overrides the accelerator table)
+  --num-devices N      override the device count
+  --kernel-impl pallas|chunked     (default: pallas on TPU/GPU)
+  --sampler-placement replica|sharded   (default replica: the trainer's host-local sampler)
+  --json               machine-readable output
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def _parse(argv: list[str]):
+    from absl import flags
+    from ml_collections import config_flags
+
+    fv = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "path to a configs/*.py file", flag_values=fv,
+                                    lock_config=True)
+    flags.DEFINE_string("accelerator", None, "accelerator name, e.g. v5p-64", flag_values=fv)
+    flags.DEFINE_float("hbm_gib", None, "HBM per device (GiB)", flag_values=fv)
+    flags.DEFINE_integer("num_devices", None, "number of devices", flag_values=fv)
+    flags.DEFINE_enum("kernel_impl", None, ["pallas", "chunked"], "log-prob kernel", flag_values=fv)
+    flags.DEFINE_enum("sampler_placement", "replica", ["replica", "sharded"],
+                      "where the sampler and statistics pass run", flag_values=fv)
+    flags.DEFINE_bool("json", False, "print JSON", flag_values=fv)
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        raise SystemExit(0)
+    argv = [a.replace("--hbm-gib", "--hbm_gib").replace("--num-devices", "--num_devices")
+            .replace("--kernel-impl", "--kernel_impl")
+            .replace("--sampler-placement", "--sampler_placement") for a in argv]
+    try:
+        fv(["tseeds plan", *argv])
+    except flags.Error as e:
+        print(f"tseeds plan: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    if fv.config is None:
+        print("tseeds plan: --config is required", file=sys.stderr)
+        raise SystemExit(2)
+    return fv
+
+
+def build_plan(cd, *, accelerator=None, hbm_gib=None, num_devices=None, kernel_impl=None,
+               sampler_placement="replica"):
+    """(Plan, Accelerator | None) of a ConfigDict; raises ValueError on bad input."""
+    from tseeds_jax.rl.config import TrainConfig
+    from tseeds_jax.scale import plan as plan_lib
+    from tseeds_jax.scale.hardware import parse_accelerator
+
+    cfg = TrainConfig.from_config(cd)
+    hw = cfg.hardware
+    name = accelerator or hw.accelerator
+    hbm = hbm_gib or hw.hbm_gib_per_device or None
+    acc = parse_accelerator(name, hbm_gib=hbm) if name else None
+    if acc is None and hbm is None:
+        raise ValueError("no target hardware: set config.hardware.accelerator or pass "
+                         "--accelerator / --hbm-gib")
+    w = plan_lib.workload_from_config(cfg, accelerator=acc, num_devices=num_devices,
+                                      kernel_impl=kernel_impl, sampler_placement=sampler_placement)
+    hbm_bytes = acc.hbm_bytes if acc else int(hbm * plan_lib.GIB)
+    return plan_lib.estimate(w, hbm_bytes=hbm_bytes), acc
+
+
+def _fmt(nbytes: float) -> str:
+    return f"{nbytes / (1 << 30):8.2f}"
+
+
+def render(plan, ranked, path, *, title: str) -> str:
+    from tseeds_jax.scale.plan import FIT_FRACTION
+
+    w = plan.workload
+    d, f, t = w.mesh
+    lines = [f"memory plan: {title}",
+             f"  model: {w.model.model_type} D={w.model.hidden_size} L={w.model.num_hidden_layers} "
+             f"V={w.model.vocab_size}  params {w.model.param_dtype}, compute {w.model.dtype}, "
+             f"remat={w.model.remat}",
+             f"  mesh: data={d} fsdp={f} tensor={t} ({w.num_devices} devices)  batch "
+             f"{w.batch_prompts}x{w.group_size}  P={w.prompt_len} R={w.response_len}  "
+             f"micro_batch_size={w.micro_batch_size or 'all'}  kernel={w.kernel_impl}  "
+             f"sampler={w.sampler_placement}",
+             "", f"  {'phase':<9} {'term':<32} {'GiB/device':>10}  note"]
+    for term in plan.terms:
+        lines.append(f"  {term.phase:<9} {term.name:<32} {_fmt(term.bytes):>10}  {term.note}")
+    lines.append("")
+    for phase in ("resident", "learner", "sampler", "stats"):
+        tot = plan.phase_total("resident") + (plan.phase_total(phase) if phase != "resident" else 0)
+        label = "resident only" if phase == "resident" else f"resident + {phase}"
+        mark = "  <- peak" if phase == plan.peak_phase else ""
+        lines.append(f"  {label:<42} {_fmt(tot):>10}{mark}")
+    if plan.hbm_bytes is not None:
+        verdict = "FITS" if plan.fits else "DOES NOT FIT"
+        lines.append(f"  HBM {_fmt(plan.hbm_bytes).strip()} GiB/device, usable "
+                     f"{_fmt(plan.usable_bytes).strip()} ({FIT_FRACTION:.0%}): {verdict} "
+                     f"(peak {_fmt(plan.peak_bytes).strip()} GiB in the {plan.peak_phase} phase)")
+    for warning in plan.warnings:
+        lines.append(f"  warning: {warning}")
+    if not plan.fits and ranked:
+        lines += ["", "  single changes, ranked by the peak after the change:"]
+        for s in ranked:
+            ok = "fits" if s.plan.fits else "no fit"
+            lines.append(f"    {_fmt(s.plan.peak_bytes)} GiB ({ok:>6})  {s.change}   # {s.why}")
+    if not plan.fits and path:
+        lines += ["", "  changes applied in turn until it fits:"]
+        for s in path:
+            ok = "fits" if s.plan.fits else "no fit"
+            lines.append(f"    {_fmt(s.plan.peak_bytes)} GiB ({ok:>6})  {s.change}")
+    return "\n".join(lines)
+
+
+def main(argv: list[str]) -> int:
+    fv = _parse(argv)
+    from tseeds_jax.rl.config import ConfigValueError
+    from tseeds_jax.scale import plan as plan_lib
+
+    try:
+        plan, acc = build_plan(fv.config, accelerator=fv.accelerator, hbm_gib=fv.hbm_gib,
+                               num_devices=fv.num_devices, kernel_impl=fv.kernel_impl,
+                               sampler_placement=fv.sampler_placement)
+    except (ConfigValueError, ValueError, TypeError) as e:
+        print(f"tseeds plan: {e}", file=sys.stderr)
+        return 2
+    ranked, path = plan_lib.suggestions(plan)
+    if fv.json:
+        out = plan.to_dict()
+        out["accelerator"] = acc.name if acc else None
+        out["suggestions"] = [dict(change=s.change, why=s.why, peak_bytes=s.plan.peak_bytes,
+                                   fits=s.plan.fits) for s in ranked]
+        out["path_to_fit"] = [dict(change=s.change, peak_bytes=s.plan.peak_bytes, fits=s.plan.fits)
+                              for s in path]
+        print(json.dumps(out, indent=1))
+    else:
+        title = f"{acc.name if acc else 'custom'} ({_fmt(plan.hbm_bytes).strip()} GiB/device)"
+        print(render(plan, ranked, path, title=title))
+    return 0 if plan.fits is not False else 1
