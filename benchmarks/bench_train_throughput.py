@@ -55,6 +55,8 @@ def _args(argv):
     p.add_argument("--tokens", type=int, default=64, help="R, forced completion length")
     p.add_argument("--lr", type=float, default=1e-5)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1,
+                   help="intra-op threads for both torch and XLA (0: each library's default)")
     p.add_argument("--sequential", action="store_true", help="ours first, then TRL")
     p.add_argument("--no-trl", action="store_true", help="our trainer only")
     p.add_argument("--no-write", action="store_true", help="do not rewrite docs/benchmarks.md")
@@ -62,6 +64,8 @@ def _args(argv):
     for name in ("steps", "prompts", "group", "tokens"):
         if getattr(a, name) < 1:
             p.error(f"--{name}={getattr(a, name)}: must be >= 1")
+    if a.threads < 0:
+        p.error(f"--threads={a.threads}: must be >= 0")
     if a.warmup < 1:
         p.error(f"--warmup={a.warmup}: at least one warm-up step (compilation) is needed")
     return a
@@ -347,8 +351,24 @@ def write_section(text: str, path: str = DOCS) -> None:
         f.write(new)
 
 
+def pin_threads(n: int) -> None:
+    """n intra-op threads for XLA (before JAX is imported) and torch; 0 leaves the defaults."""
+    if not n:
+        return
+    if "jax" in sys.modules:
+        raise RuntimeError("pin_threads must run before JAX is imported")
+    flags = [f"--xla_cpu_multi_thread_eigen={'true' if n > 1 else 'false'}",
+             f"intra_op_parallelism_threads={n}"]
+    os.environ["XLA_FLAGS"] = " ".join([os.environ.get("XLA_FLAGS", "")] + flags).strip()
+    import torch
+
+    torch.set_num_threads(n)
+    torch.set_num_interop_threads(1)
+
+
 def main(argv=None) -> int:
     a = _args(argv)
+    pin_threads(a.threads)
     cmd = "python benchmarks/bench_train_throughput.py" + (
         " " + " ".join(argv if argv is not None else sys.argv[1:])).rstrip()
     n_tok = a.prompts * a.group * a.tokens

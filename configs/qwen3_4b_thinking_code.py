@@ -6,8 +6,9 @@ and responses up to 16k tokens, ratio 30% and T 8 reused from the math runs; mas
 from the loss (the `state` variant) raised LiveCodeBench-v6 from 48.58 to 52.19. The data file
 holds one problem per line with `stdin_stdout` pairs and/or `asserts` (the `code` registry
 format). Point `model.init` / `tokenizer` at your local HF folder of
-Qwen/Qwen3-4B-Thinking-2507; the paths below are placeholders. `model.arch` repeats the HF config.json so that `tseeds plan` works without the
-weights (with the folder present the plan reads its config.json instead).
+Qwen/Qwen3-4B-Thinking-2507; the paths below are placeholders. `model.arch` repeats the HF
+config.json so that `tseeds plan` works without the weights (with the folder present the plan
+reads its config.json instead).
 
 Variants (`FILE:VARIANT`): `tpu` (default) = a v5p-128 slice (64 devices); `gpu` = one 8xH200
 host. Attention scores are materialised ([heads, T, T] per sequence and layer at T = 18k), so the
@@ -92,4 +93,6 @@ def get_config(variant: str = "tpu"):
 
     c.mesh = ml_collections.ConfigDict(mesh)
     c.hardware.accelerator = accelerator
+    if variant == "gpu":
+        c.hardware.sampler_slots = 128  # 256 slots x 24k cache on one host's 8 GPUs is too tight
     return c

@@ -3,8 +3,9 @@
 Paper section 5.1: 4,608 entries randomly sampled from Openr1-Math-46k-8192 (Elliott/Openr1-Math-
 46k-8192, verl format), response length 8k, batch 32 prompts, G 8, clip-high 0.28. Point
 `model.init` / `tokenizer` at your local HF folder of deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B and
-`data.source` at the parquet; the paths below are placeholders. `model.arch` repeats the HF config.json so that `tseeds plan` works without the
-weights (with the folder present the plan reads its config.json instead).
+`data.source` at the parquet; the paths below are placeholders. `model.arch` repeats the HF
+config.json so that `tseeds plan` works without the weights (with the folder present the plan
+reads its config.json instead).
 
 Variants (`FILE:VARIANT`): `tpu` (default) = a v6e-64 slice (64 devices); `gpu` = one 8xH100
 host (also fits 8xH200).

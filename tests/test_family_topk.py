@@ -2,7 +2,6 @@
 
 import numpy as np
 import pytest
-
 from tseeds_jax.kernels.topk import gather_logprobs, topk_logprobs, topk_logprobs_naive
 
 

@@ -52,17 +52,17 @@ def default_methods() -> list[Method]:
 @dataclasses.dataclass(frozen=True)
 class DemoConfig:
     out: str = "runs/demo"
-    task: tuple[tuple[str, int], ...] = (("min_terms", 3), ("max_terms", 5), ("min_digits", 1),
+    task: tuple[tuple[str, int], ...] = (("min_terms", 4), ("max_terms", 5), ("min_digits", 1),
                                          ("max_digits", 1))
     # model: a small Qwen2-style decoder
     hidden_size: int = 128
-    num_layers: int = 3
+    num_layers: int = 2
     heads: int = 4
     prompt_width: int = 12
     response_width: int = 48
-    warm: WarmStartConfig = WarmStartConfig()
+    warm: WarmStartConfig = WarmStartConfig(steps=800, batch_size=32, error_rate=0.15)
     # RL
-    rl_steps: int = 300
+    rl_steps: int = 200
     seeds: tuple[int, ...] = (0, 1, 2)
     methods: tuple[str, ...] = ("dapo", "ts_ratio", "ts_entropy", "dapo_minibatch")
     minibatch_seeds: int = 1  # the mini-batched baseline is there for its profiles
@@ -82,8 +82,9 @@ class DemoConfig:
 
 
 def quick_config(out: str) -> DemoConfig:
-    return DemoConfig(out=out, warm=WarmStartConfig(steps=300), rl_steps=24, seeds=(0, 1),
-                      eval_problems=48, eval_n=4, curve_problems=32, curve_n=2, curve_points=3)
+    return DemoConfig(out=out, warm=WarmStartConfig(steps=150, batch_size=32, error_rate=0.15),
+                      rl_steps=16, seeds=(0, 1), eval_problems=32, eval_n=4, curve_problems=16,
+                      curve_n=2, curve_points=2)
 
 
 def rl_config(dc: DemoConfig, tokenizer_path: str, run_dir: str, seed: int, method: Method):
@@ -189,7 +190,8 @@ def save_base(dc: DemoConfig, tok_path: str, params) -> str:
     run_dir = os.path.join(dc.out, "base")
     cfg, cd = rl_config(dc, tok_path, run_dir, 0, default_methods()[0])
     trainer = make_trainer(cfg, config_json=json.loads(cd.to_json_best_effort()),
-                           env_overrides={"params": params})
+                           env_overrides={"params": jax.tree_util.tree_map(lambda x: x.copy(),
+                                                                           params)})
     trainer._save()
     trainer.writer.close()
     return run_dir
@@ -210,8 +212,10 @@ def run_one(dc: DemoConfig, tok_path: str, base_params, method: Method, seed: in
         os.remove(os.path.join(run_dir, "metrics.jsonl"))
     train_src = SplitSource(CompactChainSum(seed=seed, size=100000, config=dc.task_params),
                             held_out=False)
+    # The learner donates its state's buffers: give each run its own copy of the base params.
+    own = jax.tree_util.tree_map(lambda x: x.copy(), base_params)
     trainer = make_trainer(cfg, config_json=json.loads(cd.to_json_best_effort()),
-                           env_overrides={"params": base_params})
+                           env_overrides={"params": own})
     trainer.env.prompts = PromptStream(train_src, evaluator.tok.encode, dc.prompt_width, seed=seed)
     graphdef = trainer.env.graphdef
     eval_steps = sorted({int(round(x)) for x in np.linspace(0, cfg.steps, dc.curve_points + 1)})

@@ -103,7 +103,13 @@ def qwen25_math_7b_base() -> ml_collections.ConfigDict:
     from tseeds_jax.rl.config import default_config
 
     c = default_config()
-    c.model.init = "hf:/models/Qwen2.5-Math-7B"
+    c.model.init = "hf:/models/Qwen2.5-Math-7B"  # placeholder: your local HF folder
+    # Qwen/Qwen2.5-Math-7B config.json (architecture fields; `tseeds plan` works without weights)
+    c.model.arch = ml_collections.ConfigDict(dict(
+        model_type="qwen2", vocab_size=152064, hidden_size=3584, intermediate_size=18944,
+        num_hidden_layers=28, num_attention_heads=28, num_key_value_heads=4,
+        tie_word_embeddings=False, max_position_embeddings=4096, rope_theta=10000.0,
+        rms_norm_eps=1e-6))
     c.model.param_dtype = "float32"
     c.model.dtype = "bfloat16"
     c.model.remat = True

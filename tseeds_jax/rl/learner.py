@@ -27,7 +27,6 @@ Loss-family plumbing (rl/family.py for the config side):
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 from typing import Any
 
@@ -186,6 +185,10 @@ class Learner:
         self.loss_name = self.spec.name
         self.diag_clip = family.diagnostic_clip(self.hparams)
         self.loss_scale = float(getattr(lcfg, "loss_scale", 0.0) or 0.0) or None
+        vocab = nnx.merge(graphdef, params).cfg.vocab_size
+        if self.options.sis_top_k > vocab:
+            raise ValueError(f"config.loss.params.top_k={self.options.sis_top_k}: SIS top-K "
+                             f"exceeds the model's vocabulary ({vocab})")
         self.tx = make_optimizer(ocfg, params)
         self.kernel_impl = kernel_impl
         if old_logp_mode == "auto":

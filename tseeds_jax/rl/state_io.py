@@ -121,7 +121,7 @@ class RunCheckpointer:
             self.ckpts.save_historical(f"behavior-{step:08d}", params, {"step": step},
                                        overwrite=True)
 
-    def restore_latest(self, state_template, *, with_extra: bool = False) -> tuple | None:
+    def restore_latest(self, state_template, *, with_extra: bool = False) -> tuple[Any, ...] | None:
         """(step, TrainState, SeedCache, data position) of the latest checkpoint, or None.
 
         with_extra: append the loss-family state given to `save` (or None) to the tuple.

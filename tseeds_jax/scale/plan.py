@@ -29,13 +29,14 @@ read off the layer code and checked against XLA's buffer assignment (tests/test_
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import os
 import types
 from collections.abc import Mapping
 from typing import Any
 
-from tseeds_jax.scale.hardware import GIB, Accelerator, parse_accelerator
+from tseeds_jax.scale.hardware import GIB, Accelerator
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 FIT_FRACTION = 0.9  # usable share of HBM: the rest is runtime, collectives, fragmentation
@@ -72,6 +73,7 @@ class Workload:
     sampler_dtype: str = "float32"
     sampler_slots: int = 0  # 0 = the driver's default: next power of two >= requests, <= 256
     sampler_placement: str = "replica"  # "replica": one device per host (the trainer now)
+    stats_rows: int = 0  # sequences per statistics forward; 0 = all at once (the trainer now)
     kernel_impl: str = "pallas"  # "pallas" (TPU/GPU) | "chunked" (XLA, CPU default)
     kl_coef: float = 0.0
     old_logp_recompute: bool = False
@@ -146,6 +148,7 @@ class Plan:
 # parameters under the sharding rules
 
 
+@functools.lru_cache(maxsize=64)
 def _leaf_shapes(mcfg):
     """[(path, shape, logical axes)] of every parameter, from an abstract model (no memory)."""
     from flax import nnx
@@ -157,7 +160,7 @@ def _leaf_shapes(mcfg):
     for path, var in nnx.to_flat_state(state):
         axes = var.get_metadata().get("axes")
         out.append((tuple(str(p) for p in path), tuple(var.value.shape), axes))
-    return out
+    return tuple(out)
 
 
 def _shard_factor(shape, axes, mesh_sizes: Mapping[str, int]) -> int:
@@ -193,6 +196,7 @@ class ParamLayout:
     unembed: int  # D x V (count)
 
 
+@functools.lru_cache(maxsize=256)
 def param_layout(mcfg, mesh: tuple[int, int, int]) -> ParamLayout:
     sizes = dict(zip(("data", "fsdp", "tensor"), mesh))
     total = per_dev = largest = layer = 0.0
@@ -278,13 +282,11 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
     t_len = w.prompt_len + w.response_len
     n_tok = b * t_len
     n_resp = b * w.response_len
-    u_steps = max(mini // micro, 1)
     rows_dev = n_seq // batch_shards if n_seq % batch_shards == 0 else n_seq
     batch_bytes = rows_dev * (2 * t_len * 4 + 7 * w.response_len * 4 + 4)
     add("learner", "batch", batch_bytes, f"{rows_dev} sequences x T={t_len} on this device")
-    add("learner", "gradients", 2 * param_bytes,
-        "accumulator + one micro-batch's gradient" if u_steps > 1 else
-        "gradient + its accumulated copy")
+    add("learner", "gradient accumulator", param_bytes,
+        "param dtype; this micro-batch's gradients replace the activations they free")
     nd, nf = n_tok * d * a, n_tok * f_t * a
     n_he = n_tok * (2 * h_t + 2 * k_t) * e * a
     scores = b * h_t * t_len * t_len * (4 + (a if a != 4 else 0))
@@ -292,25 +294,37 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
     work_layer = WORK_ND * nd + WORK_NF * nf + n_he + WORK_SCORES * b * h_t * t_len * t_len * 4
     outside = 2 * nd + n_resp * d * a + b * t_len * t_len  # embeddings, final norm, slice, mask
     if m.remat:
-        acts = nl * nd + saved_layer + work_layer + outside
-        note = f"remat: {nl} layer inputs + 1 layer recomputed; {b} seq x T={t_len}/device"
+        saved = nl * nd + outside
+        layer_bwd = saved_layer + work_layer
+        note = f"remat: {nl} layer inputs; {b} seq x T={t_len} per device"
     else:
-        acts = nl * saved_layer + work_layer + outside
-        note = f"{nl} layers saved; {b} seq x T={t_len} per device"
-    add("learner", "activations", acts, note)
+        saved = nl * saved_layer + outside
+        layer_bwd = work_layer
+        note = f"{nl} layers' residuals; {b} seq x T={t_len} per device"
+    other = (nl * saved_layer + outside + work_layer if m.remat
+             else nl * nd + outside + saved_layer + work_layer)
+    note += f"; {'without' if m.remat else 'with'} remat: {other / GIB:.2f} GiB incl. layer backward"
+    add("learner", "saved activations", saved, note)
     cdt = 4 if 4 in (pb, a) else a
     if w.kernel_impl == "chunked":
         bn, bv = min(2048, n_resp), min(2048, v)
         kern = CHUNKED_TILES * bn * bv * 4 + d * v * 4 + 2 * n_resp * d * 4 + 6 * n_resp * 4
-        knote = f"chunked: {CHUNKED_TILES} [{bn}x{bv}] f32 tiles, d unembed f32, d hidden f32"
+        knote = f"chunked kernel ({CHUNKED_TILES} [{bn}x{bv}] f32 tiles, f32 d unembed)"
     else:
         np_, nv = -(-n_resp // 256) * 256, -(-v // 512)
         kern = 4 * nv * np_ * 4 + d * v * 4 + np_ * d * 4 + 256 * 512 * 4 * 4
-        knote = "pallas: partial softmax stats, d unembed f32 [D,V], d hidden f32"
+        knote = "pallas kernel (partial softmax stats, f32 d unembed and d hidden)"
     if fsdp * tensor > 1:
         kern += d * v * cdt
-        knote += "; unembed gathered (the kernel is not partitioned)"
-    add("learner", "log-prob kernel", kern, knote)
+        knote += " + gathered unembed"
+    # The kernel's backward runs before the layers' backward: the two working sets never overlap.
+    lnote = ("one layer recomputed + its backward" if m.remat else "one layer's backward")
+    if kern >= layer_bwd:
+        add("learner", "backward working set", kern,
+            f"{knote}; > {lnote} ({layer_bwd / GIB:.2f} GiB)")
+    else:
+        add("learner", "backward working set", layer_bwd,
+            f"{lnote}; > {knote} ({kern / GIB:.2f} GiB)")
     if fsdp > 1 or pb != a:
         gathered = 2 * lay.layer_per_tensor * (pb + a) if fsdp > 1 else lay.layer_per_tensor * a
         add("learner", "gathered layer weights", gathered,
@@ -322,7 +336,7 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
     if optimizer > backward:  # the optimizer update dominates: replace the backward terms
         terms = [t for t in terms if t.phase != "learner"]
         add("learner", "batch", batch_bytes)
-        add("learner", "gradients", 2 * param_bytes)
+        add("learner", "gradients", 2 * param_bytes, "accumulator + last micro-batch's")
         add("learner", "optimizer update temporaries", opt_work)
 
     # ---- sampler ----
@@ -333,13 +347,13 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
         s_params = lay.total * sb
         add("sampler", "sampler parameters", s_params + (lay.total * pb if sb != pb else 0),
             "full replica on one device per host" + (" + cast copy" if sb != pb else ""))
-        sh_b, sh_k, sh_h, sh_v = 1, 1, 1, 1
+        sh_b, sh_k, sh_h = 1, 1, 1
     else:
         requests = n_seq
         s_params = lay.per_device * sb
         if sb != pb:
             add("sampler", "sampler parameters (cast)", s_params, f"{w.sampler_dtype} copy")
-        sh_b, sh_k, sh_h, sh_v = batch_shards, (tensor if ok_k else 1), (tensor if ok_h else 1), 1
+        sh_b, sh_k, sh_h = batch_shards, (tensor if ok_k else 1), (tensor if ok_h else 1)
     slots = w.sampler_slots or min(256, _pow2_at_least(requests))
     cache_len = cache_bucket(t_len)
     slots_dev = slots // sh_b if slots % sh_b == 0 else slots
@@ -372,13 +386,16 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
             srows, s_h, s_f, s_par = requests, h, f, lay.total * pb
         else:
             srows, s_h, s_f, s_par = rows_dev, h_t, f_t, 0
+        if w.stats_rows:
+            srows = min(srows, w.stats_rows)
         sn = srows * t_len
         st = (srows * s_h * t_len * t_len * (8 + a) + sn * (4 * d + 3 * s_f) * a
               + srows * w.response_len * 16)
         st += (CHUNKED_TILES * min(2048, srows * w.response_len) * min(2048, v) * 4
                if w.kernel_impl == "chunked" else 4 * -(-v // 512) * srows * w.response_len * 4)
         add("stats", "forward of the batch", st,
-            f"{srows} sequences at once (trainer's learner.stats is not micro-batched)")
+            f"{srows} sequences per forward" + ("" if w.stats_rows else
+                                               " (learner.stats takes the whole batch)"))
         if s_par:
             add("stats", "parameter replica", s_par, "full replica on one device per host")
 
@@ -446,92 +463,6 @@ def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
         old_logp_recompute=(o.old_logp == "recompute" or
                             (o.old_logp == "auto" and o.updates_per_batch > 1)),
         devices_per_host=per_host)
-
-
-# ---------------------------------------------------------------------------------------------
-# suggestions
-
-
-@dataclasses.dataclass(frozen=True)
-class Suggestion:
-    change: str  # a config override, e.g. "--config.optim.micro_batch_size=16"
-    why: str
-    plan: Plan
-
-
-def _candidates(w: Workload):
-    """(override text, why, new workload) for each single setting change that may save memory."""
-    data, fsdp, tensor = w.mesh
-    m = w.model
-    out = []
-    if not m.remat:
-        out.append(("--config.model.remat=True", "keep only layer inputs for the backward",
-                    w.replace(model=m.replace(remat=True))))
-    mini = w.sequences // w.mini_batches
-    micro = w.micro_batch_size or mini
-    shards = data * fsdp
-    if micro // 2 >= shards and (micro // 2) and mini % (micro // 2) == 0:
-        out.append((f"--config.optim.micro_batch_size={micro // 2}",
-                    "halve the sequences per micro-batch (same update, more accumulation steps)",
-                    w.replace(micro_batch_size=micro // 2)))
-    if data > 1:
-        out.append((f"--config.mesh.data={data // 2} --config.mesh.fsdp={fsdp * 2}",
-                    "shard parameters and optimizer state over more devices",
-                    w.replace(mesh=(data // 2, fsdp * 2, tensor))))
-    heads_ok = lambda t: m.num_key_value_heads % t == 0 and m.num_attention_heads % t == 0  # noqa
-    for src, (nd, nf) in (("fsdp", (data, fsdp // 2)), ("data", (data // 2, fsdp))):
-        if (nd * nf * tensor * 2 == w.num_devices and nd >= 1 and nf >= 1
-                and heads_ok(tensor * 2) and m.intermediate_size % (tensor * 2) == 0):
-            out.append((f"--config.mesh.data={nd} --config.mesh.fsdp={nf} "
-                        f"--config.mesh.tensor={tensor * 2}",
-                        f"split heads / MLP / vocab over 2x more devices (from {src})",
-                        w.replace(mesh=(nd, nf, tensor * 2))))
-            break
-    if m.dtype == "float32":
-        out.append(("--config.model.dtype=bfloat16", "bfloat16 activations and KV cache",
-                    w.replace(model=m.replace(dtype="bfloat16"))))
-    if w.sampler_dtype == "float32" and m.param_dtype == "float32":
-        out.append(("--config.model.sampler_dtype=bfloat16", "sample with bfloat16 weights",
-                    w.replace(sampler_dtype="bfloat16")))
-    slots = w.sampler_slots or min(256, _pow2_at_least(w.sequences))
-    if slots > 8:
-        out.append((f"--config.hardware.sampler_slots={slots // 2}",
-                    "fewer concurrent decode slots (smaller KV cache, slower rollouts)",
-                    w.replace(sampler_slots=slots // 2)))
-    if w.sampler_placement == "replica":
-        out.append(("(trainer) sample on the mesh instead of one device per host",
-                    "code change: shard sampler params / KV cache / stats by the rules table",
-                    w.replace(sampler_placement="sharded")))
-    return out
-
-
-def suggestions(plan: Plan, *, max_rounds: int = 6) -> tuple[list[Suggestion], list[Suggestion]]:
-    """(ranked single changes, a greedy path of changes to a fit).
-
-    Single changes are ranked by the peak after applying each one alone; the path applies the
-    best change again and again until the plan fits (or `max_rounds`)."""
-    hbm = plan.hbm_bytes
-    ranked = []
-    for change, why, w2 in _candidates(plan.workload):
-        p2 = estimate(w2, hbm_bytes=hbm)
-        if p2.peak_bytes < plan.peak_bytes:
-            ranked.append(Suggestion(change, why, p2))
-    ranked.sort(key=lambda s: s.plan.peak_bytes)
-    path: list[Suggestion] = []
-    cur = plan
-    if hbm is None:
-        return ranked, path
-    for _ in range(max_rounds):
-        if cur.fits:
-            break
-        options = [(estimate(w2, hbm_bytes=hbm), c, why) for c, why, w2 in _candidates(cur.workload)]
-        options = [o for o in options if o[0].peak_bytes < cur.peak_bytes * 0.99]
-        if not options:
-            break
-        best = min(options, key=lambda o: o[0].peak_bytes)
-        path.append(Suggestion(best[1], best[2], best[0]))
-        cur = best[0]
-    return ranked, path
 
 
 def gib(nbytes: float) -> float:

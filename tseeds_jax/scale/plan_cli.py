@@ -11,6 +11,7 @@ Options:
   --num-devices N      override the device count
   --kernel-impl pallas|chunked     (default: pallas on TPU/GPU)
   --sampler-placement replica|sharded   (default replica: the trainer's host-local sampler)
+  --stats-rows N       sequences per statistics forward (default 0: the whole batch, as now)
   --json               machine-readable output
 """
 
@@ -33,18 +34,26 @@ def _parse(argv: list[str]):
     flags.DEFINE_enum("kernel_impl", None, ["pallas", "chunked"], "log-prob kernel", flag_values=fv)
     flags.DEFINE_enum("sampler_placement", "replica", ["replica", "sharded"],
                       "where the sampler and statistics pass run", flag_values=fv)
+    flags.DEFINE_integer("stats_rows", 0, "sequences per statistics forward (0: all)",
+                         flag_values=fv)
     flags.DEFINE_bool("json", False, "print JSON", flag_values=fv)
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         raise SystemExit(0)
     argv = [a.replace("--hbm-gib", "--hbm_gib").replace("--num-devices", "--num_devices")
             .replace("--kernel-impl", "--kernel_impl")
-            .replace("--sampler-placement", "--sampler_placement") for a in argv]
+            .replace("--sampler-placement", "--sampler_placement")
+            .replace("--stats-rows", "--stats_rows") for a in argv]
+    # config_flags reads `--config.*` overrides from sys.argv: make it this argv, also when
+    # main() is called from Python.
+    saved, sys.argv = sys.argv, ["tseeds plan", *argv]
     try:
         fv(["tseeds plan", *argv])
     except flags.Error as e:
         print(f"tseeds plan: {e}", file=sys.stderr)
         raise SystemExit(2) from None
+    finally:
+        sys.argv = saved
     if fv.config is None:
         print("tseeds plan: --config is required", file=sys.stderr)
         raise SystemExit(2)
@@ -52,7 +61,7 @@ def _parse(argv: list[str]):
 
 
 def build_plan(cd, *, accelerator=None, hbm_gib=None, num_devices=None, kernel_impl=None,
-               sampler_placement="replica"):
+               sampler_placement="replica", stats_rows=0):
     """(Plan, Accelerator | None) of a ConfigDict; raises ValueError on bad input."""
     from tseeds_jax.rl.config import TrainConfig
     from tseeds_jax.scale import plan as plan_lib
@@ -68,6 +77,7 @@ def build_plan(cd, *, accelerator=None, hbm_gib=None, num_devices=None, kernel_i
                          "--accelerator / --hbm-gib")
     w = plan_lib.workload_from_config(cfg, accelerator=acc, num_devices=num_devices,
                                       kernel_impl=kernel_impl, sampler_placement=sampler_placement)
+    w = w.replace(stats_rows=int(stats_rows or 0))
     hbm_bytes = acc.hbm_bytes if acc else int(hbm * plan_lib.GIB)
     return plan_lib.estimate(w, hbm_bytes=hbm_bytes), acc
 
@@ -88,7 +98,7 @@ def render(plan, ranked, path, *, title: str) -> str:
              f"  mesh: data={d} fsdp={f} tensor={t} ({w.num_devices} devices)  batch "
              f"{w.batch_prompts}x{w.group_size}  P={w.prompt_len} R={w.response_len}  "
              f"micro_batch_size={w.micro_batch_size or 'all'}  kernel={w.kernel_impl}  "
-             f"sampler={w.sampler_placement}",
+             f"sampler={w.sampler_placement} stats_rows={w.stats_rows or 'all'}",
              "", f"  {'phase':<9} {'term':<32} {'GiB/device':>10}  note"]
     for term in plan.terms:
         lines.append(f"  {term.phase:<9} {term.name:<32} {_fmt(term.bytes):>10}  {term.note}")
@@ -121,16 +131,16 @@ def render(plan, ranked, path, *, title: str) -> str:
 def main(argv: list[str]) -> int:
     fv = _parse(argv)
     from tseeds_jax.rl.config import ConfigValueError
-    from tseeds_jax.scale import plan as plan_lib
+    from tseeds_jax.scale import suggest
 
     try:
         plan, acc = build_plan(fv.config, accelerator=fv.accelerator, hbm_gib=fv.hbm_gib,
                                num_devices=fv.num_devices, kernel_impl=fv.kernel_impl,
-                               sampler_placement=fv.sampler_placement)
+                               sampler_placement=fv.sampler_placement, stats_rows=fv.stats_rows)
     except (ConfigValueError, ValueError, TypeError) as e:
         print(f"tseeds plan: {e}", file=sys.stderr)
         return 2
-    ranked, path = plan_lib.suggestions(plan)
+    ranked, path = suggest.suggestions(plan)
     if fv.json:
         out = plan.to_dict()
         out["accelerator"] = acc.name if acc else None

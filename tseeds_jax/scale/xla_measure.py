@@ -60,6 +60,16 @@ def case_parts(case: dict[str, Any]):
     return mcfg, ocfg, lcfg, c["batch"], c["prompt_len"], c["response_len"], c["kernel_impl"]
 
 
+def workload_for_case(case: dict[str, Any]):
+    """The planner's `Workload` for the same shapes (one device, no sampler, no seeds)."""
+    from tseeds_jax.scale.plan import Workload
+
+    mcfg, ocfg, _, b, p, r, impl = case_parts(case)
+    return Workload(model=mcfg, mesh=(1, 1, 1), batch_prompts=b, group_size=1, prompt_len=p,
+                    response_len=r, mini_batches=ocfg.mini_batches,
+                    micro_batch_size=ocfg.micro_batch_size, kernel_impl=impl)
+
+
 def compiled_learner_memory(case: dict[str, Any]) -> dict[str, int]:
     """Compiles the learner's update for `case` (single device) and returns its memory analysis
     in bytes: argument, output, alias, temp, and `footprint` = argument + output - alias + temp

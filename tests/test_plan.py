@@ -1,0 +1,131 @@
+"""The memory planner: accelerator table, sharding division, formulas, suggestions and the CLI."""
+
+import json
+import os
+
+import jax
+import numpy as np
+import pytest
+
+from tseeds_jax.model import ModelConfig
+from tseeds_jax.model.sharding import make_mesh, sharded_init
+from tseeds_jax.scale import plan, plan_cli, suggest
+from tseeds_jax.scale.hardware import parse_accelerator
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+# The paper-scale configs with a target slice / GPU host (docs/scale.md).
+PAPER_CONFIGS = [os.path.join(ROOT, "configs", name) for name in (
+    "qwen25_math_7b_dapo17k.py", "r1_distill_qwen_1p5b_openr1.py", "qwen3_4b_thinking_code.py")]
+
+TINY = ModelConfig(model_type="qwen2", vocab_size=256, hidden_size=64, intermediate_size=128,
+                   num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2)
+
+
+def _workload(**kw):
+    base = dict(model=TINY, mesh=(1, 1, 1), batch_prompts=4, group_size=4, prompt_len=16,
+                response_len=48, kernel_impl="chunked")
+    base.update(kw)
+    return plan.Workload(**base)
+
+
+@pytest.mark.parametrize("name,family,hbm,devices", [
+    ("v5p-64", "v5p", 95, 32), ("v6e-64", "v6e", 32, 64), ("v4-32", "v4", 32, 16),
+    ("v5litepod-16", "v5e", 16, 16), ("8xH100", "h100", 80, 8), ("h200-8", "h200", 141, 8),
+    ("H100", "h100", 80, None),
+])
+def test_accelerator_table(name, family, hbm, devices):
+    acc = parse_accelerator(name)
+    assert (acc.family, acc.hbm_gib, acc.devices) == (family, hbm, devices)
+
+
+def test_accelerator_errors_and_override():
+    with pytest.raises(ValueError, match="unknown family"):
+        parse_accelerator("v9-8")
+    assert parse_accelerator("cpu", hbm_gib=4).hbm_bytes == 4 << 30
+    assert parse_accelerator("v5p-64", hbm_gib=50).hbm_gib == 50
+
+
+@pytest.mark.parametrize("mesh", [(1, 8, 1), (2, 2, 2), (1, 2, 4)])
+def test_param_division_matches_real_sharded_init(mesh):
+    """Per-device parameter bytes equal what a real sharded init puts on one device."""
+    cfg = TINY.replace(vocab_size=512, intermediate_size=256)
+    model = sharded_init(cfg, make_mesh(dict(zip(("data", "fsdp", "tensor"), mesh))))
+    dev = jax.devices()[0]
+    leaves = jax.tree_util.tree_leaves(jax.tree_util.tree_map(
+        lambda v: v, __import__("flax").nnx.state(model)))
+    on_dev = sum(s.data.nbytes for x in leaves for s in x.addressable_shards if s.device == dev)
+    lay = plan.param_layout(cfg, mesh)
+    assert lay.total == cfg.num_params
+    assert lay.per_device * 4 == pytest.approx(on_dev, rel=1e-9)
+
+
+def test_kv_cache_formula():
+    w = _workload(sampler_placement="sharded", mesh=(1, 2, 2), sampler_slots=8)
+    p = plan.estimate(w)
+    kv = next(t.bytes for t in p.terms if t.name == "KV cache")
+    s = plan.cache_bucket(16 + 48)
+    # slots split over data x fsdp, kv heads over tensor; float32 cache.
+    assert kv == (8 // 2) * s * 2 * 2 * (2 // 2) * 16 * 4
+
+
+def test_monotone_in_the_settings_it_suggests():
+    base = plan.estimate(_workload(micro_batch_size=16))
+    assert plan.estimate(_workload(micro_batch_size=16, model=TINY.replace(remat=True))) \
+        .learner_step_bytes < base.learner_step_bytes
+    assert plan.estimate(_workload(micro_batch_size=4)).learner_step_bytes < base.learner_step_bytes
+    sharded = plan.estimate(_workload(micro_batch_size=16, mesh=(1, 8, 1)))
+    assert sharded.phase_total("resident") == pytest.approx(base.phase_total("resident") / 8,
+                                                            rel=0.05)
+
+
+def test_seed_cache_on_host():
+    w = _workload(refresh_interval=8, ratio=0.3)
+    host = plan.estimate(w).phase_total("host")
+    assert host == 7 * 16 * 48 * 12  # (T-1) batches x B*G x R x (int32 id + 2 float32)
+    assert plan.estimate(_workload()).phase_total("host") == 0
+
+
+def test_suggestions_reach_a_fit_and_are_ranked():
+    w = _workload(micro_batch_size=0, sampler_placement="sharded", mesh=(1, 8, 1))
+    p = plan.estimate(w, hbm_bytes=1)
+    ranked, _ = suggest.suggestions(p)
+    peaks = [s.plan.peak_bytes for s in ranked]
+    assert peaks == sorted(peaks) and all(x < p.peak_bytes for x in peaks)
+    # An HBM size between the best single change and the current peak: the path must fit.
+    target = int(np.mean([ranked[0].plan.peak_bytes, p.peak_bytes]) / plan.FIT_FRACTION)
+    p2 = plan.estimate(w, hbm_bytes=target)
+    assert not p2.fits
+    _, path = suggest.suggestions(p2)
+    assert path and path[-1].plan.fits
+
+
+def test_cli_json_and_errors(tmp_path, capsys):
+    cfg = tmp_path / "c.py"
+    cfg.write_text("from tseeds_jax.rl.config import tiny_config\n"
+                   "def get_config():\n    c = tiny_config()\n    c.model.arch.vocab_size = 64\n"
+                   "    return c\n")
+    assert plan_cli.main(["--config", str(cfg)]) == 2  # no target hardware
+    assert "no target hardware" in capsys.readouterr().err
+    rc = plan_cli.main(["--config", str(cfg), "--hbm-gib", "16", "--num-devices", "8",
+                        "--config.mesh.fsdp=8", "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert rc == 0 and out["fits"] is True and out["mesh"] == {"data": 1, "fsdp": 8, "tensor": 1}
+
+
+@pytest.mark.parametrize("path", PAPER_CONFIGS)
+def test_cli_prints_fit_table_for_paper_configs(path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("cfg", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    for variant in mod.VARIANTS:
+        rc = plan_cli.main(["--config", f"{path}:{variant}"])
+        out = capsys.readouterr().out
+        assert rc in (0, 1)
+        assert ("FITS" in out) == (rc == 0) and ("DOES NOT FIT" in out) == (rc == 1)
+        for term in ("parameters", "optimizer state", "saved activations", "KV cache",
+                     "seed cache"):
+            assert term in out
+        if rc == 1:
+            assert "single changes, ranked" in out
