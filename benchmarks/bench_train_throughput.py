@@ -147,13 +147,13 @@ class OursRunner:
         self.records: list[dict] = []
 
     def step(self) -> None:
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         m = self.trainer.train_step()
-        wall = time.perf_counter() - t0
+        wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         if m["generated_tokens"] != self.expected:
             raise RuntimeError(f"ours: step generated {m['generated_tokens']} tokens, expected "
                                f"{self.expected} (a stop token ended a completion?)")
-        self.records.append(dict(wall=wall, rollout=m["time_rollout"], reward=m["time_reward"],
+        self.records.append(dict(wall=wall, cpu=cpu, rollout=m["time_rollout"], reward=m["time_reward"],
                                  learner=m["time_learner"], step=m["time_step"],
                                  tokens=m["generated_tokens"]))
 
@@ -231,17 +231,19 @@ def make_interleaving_callback(ours: OursRunner | None, expected_tokens: int):
 
     class Interleave(TrainerCallback):
         def __init__(self):
-            self.mark = None
+            self.mark = self.cpu_mark = None
             self.walls: list[float] = []
+            self.cpus: list[float] = []
 
         def on_train_begin(self, args, state, control, **kw):
-            self.mark = time.perf_counter()
+            self.mark, self.cpu_mark = time.perf_counter(), time.process_time()
 
         def on_step_end(self, args, state, control, **kw):
             self.walls.append(time.perf_counter() - self.mark)
+            self.cpus.append(time.process_time() - self.cpu_mark)
             if ours is not None:
                 ours.step()
-            self.mark = time.perf_counter()
+            self.mark, self.cpu_mark = time.perf_counter(), time.process_time()
 
     return Interleave()
 
@@ -280,15 +282,18 @@ def machine() -> str:
             f"{load[0]:.1f} / {load[1]:.1f} / {load[2]:.1f} (1 / 5 / 15 min)")
 
 
-def render(a, cmd, ours_rows, ours_setup, trl_walls, trl_gen, trl_setup, trl_note, logit_diff,
-           mode) -> str:
+def render(a, cmd, ours_rows, ours_setup, trl, trl_note, logit_diff, mode, profile="") -> str:
+    """The docs section. trl: {"walls", "cpus", "gen", "setup"} lists/seconds, or None."""
     n_tok = a.prompts * a.group * a.tokens
     w = a.warmup
     timed = ours_rows[w:]
     o_step = _median([r["wall"] for r in timed])
-    lines = [f"## End-to-end RL training throughput (`benchmarks/bench_train_throughput.py`)", "",
-             f"Command: `{cmd}` — {datetime.date.today().isoformat()}, {machine()}.", "",
-             f"Versions: {versions()}.", "",
+    o_cpu = _median([r["cpu"] for r in timed])
+    threads = (f"both sides pinned to {a.threads} intra-op thread(s) (torch.set_num_threads, "
+               f"XLA_FLAGS)" if a.threads else "library default threads")
+    lines = ["## End-to-end RL training throughput (`benchmarks/bench_train_throughput.py`)", "",
+             f"Command: `{cmd}` — {datetime.date.today().isoformat()}, {machine()}; {threads}.",
+             "", f"Versions: {versions()}.", "",
              f"Model: random Qwen2 (V {ARCH['vocab_size']}, hidden {ARCH['hidden_size']}, "
              f"MLP {ARCH['intermediate_size']}, {ARCH['num_hidden_layers']} layers, "
              f"{ARCH['num_attention_heads']} heads / {ARCH['num_key_value_heads']} KV heads, tied "
@@ -297,26 +302,28 @@ def render(a, cmd, ours_rows, ours_setup, trl_walls, trl_gen, trl_setup, trl_not
              f"tokens each ({n_tok} generated tokens per step; no EOS stopping), prompts of the "
              f"tiny chain-sum task (6-9 tokens; TRL gets word prompts of the same token lengths), "
              f"reward = parity of the last token, one AdamW update per batch (lr {a.lr:g}, "
-             f"clip 1.0, no KL), temperature 1. Seconds per step: median over {a.steps} steps "
-             f"after {w} warm-up steps; {mode}.", "",
-             "| trainer | s / step (median) | generated tokens / s | rollout + reward s | "
-             "update + other s | throughput vs TRL |", "|---|---|---|---|---|---|"]
+             f"clip 1.0, no KL), temperature 1. Times: medians over {a.steps} steps after {w} "
+             f"warm-up steps; {mode}. CPU s = process CPU time per step (all threads): on a "
+             f"shared machine it measures the work, while wall-clock also counts waiting for a "
+             f"core.", "",
+             "| trainer | wall s / step | generated tokens / s | CPU s / step | rollout + reward s "
+             "| update + other s | throughput vs TRL (wall) | CPU-time ratio TRL / ours |",
+             "|---|---|---|---|---|---|---|---|"]
     o_gen = _median([r["rollout"] + r["reward"] for r in timed])
-    if trl_walls:
-        t_step = _median(trl_walls[w:])
-        t_gen = _median(trl_gen[w:])
-        lines.append(f"| TRL `GRPOTrainer` (torch CPU, dapo) | {t_step:.3f} | {n_tok / t_step:,.0f} | "
-                     f"{t_gen:.3f} | {t_step - t_gen:.3f} | 1.00x |")
-        ratio = f"{t_step / o_step:.2f}x"
-    else:
-        ratio = "-"
-    lines.append(f"| ours (`tseeds_jax` Trainer, JAX CPU, dapo) | {o_step:.3f} | "
-                 f"{n_tok / o_step:,.0f} | {o_gen:.3f} | {o_step - o_gen:.3f} | {ratio} |")
-    lines += ["", f"TRL: {trl_note}" if trl_note else "", ""]
-    lines.append("Our step, split (medians of the per-step timers of `Trainer.train_step`):")
-    lines.append("")
-    lines.append("| part | s | share of step |")
-    lines.append("|---|---|---|")
+    ratio = cpu_ratio = "-"
+    if trl:
+        t_step, t_cpu = _median(trl["walls"][w:]), _median(trl["cpus"][w:])
+        t_gen = _median(trl["gen"][w:])
+        lines.append(f"| TRL `GRPOTrainer` (torch, dapo) | {t_step:.3f} | {n_tok / t_step:,.0f} | "
+                     f"{t_cpu:.3f} | {t_gen:.3f} | {t_step - t_gen:.3f} | 1.00x | 1.00x |")
+        ratio, cpu_ratio = f"**{t_step / o_step:.2f}x**", f"{t_cpu / o_cpu:.2f}x"
+    lines.append(f"| ours (`tseeds_jax` Trainer, JAX, dapo) | {o_step:.3f} | "
+                 f"{n_tok / o_step:,.0f} | {o_cpu:.3f} | {o_gen:.3f} | {o_step - o_gen:.3f} | "
+                 f"{ratio} | {cpu_ratio} |")
+    if trl_note:
+        lines += ["", f"TRL: {trl_note}"]
+    lines += ["", "Our step, split (medians of the per-step timers of `Trainer.train_step`, wall):",
+              "", "| part | s | share of step |", "|---|---|---|"]
     parts = dict(rollout=_median([r["rollout"] for r in timed]),
                  reward=_median([r["reward"] for r in timed]),
                  learner=_median([r["learner"] for r in timed]))
@@ -325,17 +332,19 @@ def render(a, cmd, ours_rows, ours_setup, trl_walls, trl_gen, trl_setup, trl_not
         step_med - sum(parts.values()), 0.0)
     for k, v in parts.items():
         lines.append(f"| {k} | {v:.4f} | {v / step_med:.1%} |")
-    lines.append(f"| whole `train_step` | {step_med:.4f} | 100% |")
-    lines.append("")
+    lines += [f"| whole `train_step` | {step_med:.4f} | 100% |", ""]
     warm = [r["wall"] for r in ours_rows[:w]]
     extra = sum(x - o_step for x in warm)
     lines.append(f"Our start-up, reported separately (not in the table): trainer construction "
                  f"(HF weight load, char tokenizer, optimizer init) {ours_setup:.2f} s; warm-up "
-                 f"steps {', '.join(f'{x:.2f}' for x in warm)} s, i.e. about {extra:.1f} s of "
-                 f"jit compilation beyond steady-state steps."
-                 + (f" TRL construction {trl_setup:.2f} s; its warm-up steps "
-                    f"{', '.join(f'{x:.2f}' for x in trl_walls[:w])} s." if trl_walls else ""))
-    return "\n".join(line for line in lines) + "\n"
+                 f"steps {', '.join(f'{x:.2f}' for x in warm)} s wall, i.e. about {extra:.1f} s "
+                 f"of jit compilation (sampler prefill / insert / decode loop, learner update) "
+                 f"beyond steady-state steps."
+                 + (f" TRL: construction {trl['setup']:.2f} s, warm-up steps "
+                    f"{', '.join(f'{x:.2f}' for x in trl['walls'][:w])} s." if trl else ""))
+    if profile:
+        lines += ["", profile]
+    return "\n".join(lines) + "\n"
 
 
 def write_section(text: str, path: str = DOCS) -> None:
@@ -391,7 +400,7 @@ def main(argv=None) -> int:
         print(f"ours: built in {ours_setup:.2f} s; max |logit diff| vs HF {logit_diff:.2e}",
               flush=True)
         ours = OursRunner(trainer, n_tok)
-        trl_walls, trl_gen, trl_setup = [], [], 0.0
+        trl = None
         mode = "ours only"
         if not why_no_trl:
             texts = [" ".join(f"w{t + 2}" for t in p) for p in ours_prompts]
@@ -400,17 +409,17 @@ def main(argv=None) -> int:
                 for _ in range(steps):
                     ours.step()
             cb = make_interleaving_callback(ours if interleave else None, n_tok)
-            trl, trl_setup = build_trl(a, hf_dir, os.path.join(tmp, "trl"), texts, cb)
-            trl.train()
-            trl_walls, trl_gen = cb.walls, list(trl.gen_times)
+            trl_trainer, trl_setup = build_trl(a, hf_dir, os.path.join(tmp, "trl"), texts, cb)
+            trl_trainer.train()
+            trl = dict(walls=cb.walls, cpus=cb.cpus, gen=list(trl_trainer.gen_times),
+                       setup=trl_setup)
             mode = ("the two trainers interleaved step by step in one process" if interleave
                     else "ours first, then TRL, in one process")
         else:
             for _ in range(steps):
                 ours.step()
         trl_note = "" if not why_no_trl else f"skipped ({why_no_trl})."
-        text = render(a, cmd, ours.records, ours_setup, trl_walls, trl_gen, trl_setup, trl_note,
-                      logit_diff, mode)
+        text = render(a, cmd, ours.records, ours_setup, trl, trl_note, logit_diff, mode)
     print(text)
     if not a.no_write:
         write_section(text)

@@ -153,6 +153,18 @@ def test_luffy_jsonl_trace_is_the_first_sample_with_seed_mask_over_the_response(
     assert batch.seed_mask_BR[1::g].sum() == 0 and batch.resp_mask_BR[::g].sum() > 0
     m = tr.train_step()
     assert np.isfinite(m["loss"]) and m["offpolicy_frac"] == 1 / g
+    # "another checkpoint via the sampler": here the run's own initial model writes the traces.
+    from tseeds_jax.rl import offpolicy
+    from tseeds_jax.rl.setup import build_source, build_tokenizer
+
+    tok = build_tokenizer(tr.cfg, build_source(tr.cfg))
+    src = offpolicy.ModelTraces(tr.env.graphdef, tr.env.params,
+                                offpolicy._sampler(tr.cfg, tr.env.graphdef, tok), 12, run_seed=0,
+                                stop_ids=tuple(tok.stop_ids))
+    prompts = [s.prompt_ids for s in samples[::g]]
+    got = src.traces(prompts, step=3, first_prompt=0)
+    assert got == src.traces(prompts, step=3, first_prompt=0)  # deterministic per (step, prompt)
+    assert all(0 < len(t) <= 12 for t in got)
 
 
 def test_bad_family_config_names_the_field(tmp_path):
@@ -228,7 +240,6 @@ def test_trace_file_errors_name_file_and_line(tmp_path):
     assert lenient.traces([[4]], step=0, first_prompt=0) == [None]
 
 
-@pytest.mark.slow
 def test_missing_trace_file_fails_at_trainer_build(tmp_path):
     with pytest.raises(FileNotFoundError, match=r"nowhere.jsonl"):
         _trainer(tmp_path, **{"loss.name": "luffy",

@@ -48,7 +48,8 @@ def default_config() -> ml_collections.ConfigDict:
     c.data.source = "reasoning_gym:chain_sum"  # "reasoning_gym:NAME" | "DATASET_NAME:PATH"
     c.data.params = ml_collections.ConfigDict({"min_terms": 3, "max_terms": 4, "min_digits": 1,
                                                "max_digits": 1}, type_safe=False)
-    c.data.template = "plain"  # prompt template name
+    c.data.template = "plain"  # prompt template (tseeds_jax.data.templates): plain, raw, qwen_math...
+    c.data.data_dir = ""  # where file datasets are built (tfds array_record); "": RUN_DIR/data
     c.data.max_prompt_len = 32  # tokens; longer prompts are skipped with a warning
     c.data.size = 100000  # number of procedural examples to draw from
 
@@ -138,6 +139,7 @@ def tiny_config() -> ml_collections.ConfigDict:
     c.data.params = ml_collections.ConfigDict({"min_terms": 3, "max_terms": 4, "min_digits": 1,
                                                "max_digits": 1}, type_safe=False)
     c.data.max_prompt_len = 16
+    c.data.template = "raw"  # the compact prompt as is ("4-1-7:")
     c.reward = "compact_arith"
     c.tokenizer = "train:char"
     c.rollout.batch_prompts = 4

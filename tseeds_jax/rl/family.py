@@ -25,6 +25,7 @@ Learner options carried in `loss.params` (not hparams fields):
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
 from tseeds_jax.rl import losses
@@ -73,6 +74,12 @@ def build_hparams(name: str, *, clip_low=None, clip_high=None, clip_c=None, agg_
         for key in ("clip_low", "clip_high"):
             if shared[key] is not None and key in fields:
                 changes[key] = shared[key]
+                default = getattr(spec.default_hparams, key)
+                if spec.name in ("gspo", "gspo_token") and shared[key] > 10 * default:
+                    # A DAPO-sized range on a sequence ratio is almost certainly a config mix-up.
+                    warnings.warn(f"{field}.{key}={shared[key]!r} overrides {spec.name}'s own "
+                                  f"{default!r} (GSPO clips the sequence ratio; paper 3e-4/4e-4);"
+                                  f" leave it None to keep the loss's default", stacklevel=2)
         if "clip_c" in fields and clip_c is not None:
             changes["clip_c"] = clip_c
         if "agg_mode" in fields:

@@ -98,7 +98,9 @@ def qwen25_math_7b_base() -> ml_collections.ConfigDict:
     batch 32 prompts x 8, clip-high 0.28, one update per batch, lr 1e-6.
 
     Paths are placeholders: override --config.model.init=hf:DIR --config.tokenizer=hf:DIR
-    --config.data.source=dapo_math_17k:PATH.
+    --config.data.source=dapo_math_17k:PATH. Same values as configs/qwen25_math_7b_dapo17k.py
+    (kept separate so the family's configs stand alone); set --config.mesh.* and
+    --config.optim.micro_batch_size for the hardware as that file's variants do.
     """
     from tseeds_jax.rl.config import default_config
 
@@ -115,7 +117,8 @@ def qwen25_math_7b_base() -> ml_collections.ConfigDict:
     c.model.remat = True
     c.model.sampler_dtype = "bfloat16"
     c.tokenizer = "hf:/models/Qwen2.5-Math-7B"
-    c.data.source = "dapo_math_17k:/data/dapo-math-17k"
+    c.data.source = "dapo_math_17k:/data/dapo-math-17k.parquet"  # registry name : file
+    c.data.size = 0  # 0: every example of the file
     c.data.params = ml_collections.ConfigDict({}, type_safe=False)
     c.data.template = "qwen_math"
     c.data.max_prompt_len = 1024

@@ -49,6 +49,8 @@ class PromptStream:
 
 
 def build_source(cfg: TrainConfig):
+    """An indexable example source: procedural (compact / reasoning-gym) or a registered file
+    dataset `NAME:PATH` (built once into tfds array_record under data.data_dir)."""
     src = cfg.data["source"]
     kind, _, name = src.partition(":")
     params = dict(cfg.data.get("params") or {})
@@ -61,8 +63,30 @@ def build_source(cfg: TrainConfig):
         from tseeds_jax.data.reasoning_gym_tasks import ReasoningGymSource
 
         return ReasoningGymSource(name, seed=cfg.seed, size=size, config=params)
-    raise ConfigValueError(f"config.data.source={src!r}: expected 'compact:chain_sum' or "
-                           "'reasoning_gym:TASK'")
+    from tseeds_jax.data import registry, sources
+
+    if kind in registry.list_datasets() and name:
+        data_dir = cfg.data.get("data_dir") or os.path.join(cfg.run_dir, "data")
+        source = sources.make_source(kind, data_dir=data_dir, files=name, skip_invalid=True)
+        if 0 < size < len(source):  # the paper trains on seeded random subsets (e.g. 4,608)
+            keep = np.sort(np.random.default_rng([cfg.seed, 0x5B5E7]).choice(
+                len(source), size, replace=False))
+            return _Subset(source, keep)
+        return source
+    raise ConfigValueError(f"config.data.source={src!r}: expected 'compact:chain_sum', "
+                           f"'reasoning_gym:TASK' or 'DATASET:PATH' with DATASET one of "
+                           f"{registry.list_datasets()}")
+
+
+class _Subset:
+    def __init__(self, source, indices):
+        self.source, self.indices = source, indices
+
+    def __len__(self):
+        return len(self.indices)
+
+    def __getitem__(self, i):
+        return self.source[int(self.indices[i])]
 
 
 def build_tokenizer(cfg: TrainConfig, source):
@@ -132,7 +156,8 @@ def make_sample_fn(cfg: TrainConfig, graphdef, stop_tokens, max_prefill: int):
         results = sampling.generate((graphdef, params), requests, max_new_tokens=budgets,
                                     temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
                                     seed=seeds, stop_tokens=stop_tokens,
-                                    max_prefill_length=max_prefill)
+                                    max_prefill_length=max_prefill,
+                                    num_slots=cfg.hardware.sampler_slots or None)
         out = []
         for res in results:
             if res.finish_reason == "error":
@@ -160,9 +185,13 @@ def build_env(cfg: TrainConfig, *, checkpointer=None) -> tuple[TrainEnv, Any]:
     tok = build_tokenizer(cfg, source)
     model = build_model(cfg, tok.vocab_size)
     graphdef, params = nnx.split(model)
+    from tseeds_jax.data.templates import encode_prompt, stop_token_ids
+
     max_prompt = int(cfg.data["max_prompt_len"])
-    stream = PromptStream(source, tok.encode, max_prompt, seed=cfg.seed)
-    stops = tuple(tok.stop_ids)
+    template = cfg.data.get("template", "raw")
+    stream = PromptStream(source, lambda text: encode_prompt(tok, template, text), max_prompt,
+                          seed=cfg.seed)
+    stops = stop_token_ids(tok, template)
     sample_fn = make_sample_fn(cfg, graphdef, stops, max_prompt + cfg.rollout.max_response_len)
     env = TrainEnv(graphdef=graphdef, params=params, sample_fn=sample_fn,
                    reward_fn=make_reward_fn(cfg.reward),

@@ -77,6 +77,20 @@ class Trainer:
     def _prompt_width(self) -> int:
         return int(self.cfg.data["max_prompt_len"])
 
+    def _stats(self, params, tokens_BT, attn_BT, response_width):
+        """Learner statistics (log-probs, entropies) in row chunks of the micro-batch size, so the
+        no-grad passes never hold more activations than one micro-batch of the update."""
+        n = len(tokens_BT)
+        chunk = self.cfg.optim.micro_batch_size or n
+        if chunk >= n:
+            return self.learner.stats(params, tokens_BT, attn_BT, response_width)
+        pad = -n % chunk  # equal chunks: one compilation
+        tok = np.concatenate([tokens_BT, np.repeat(tokens_BT[:1], pad, 0)])
+        att = np.concatenate([attn_BT, np.repeat(attn_BT[:1], pad, 0)])
+        outs = [self.learner.stats(params, tok[i : i + chunk], att[i : i + chunk], response_width)
+                for i in range(0, len(tok), chunk)]
+        return tuple(np.concatenate(parts)[:n] for parts in zip(*outs))
+
     def _local(self, prompts, refs):
         """This host's contiguous slice of a global batch of prompts, and its first sample index."""
         sl = self.hosts.slice(len(prompts), "rollout.batch_prompts")
@@ -102,7 +116,7 @@ class Trainer:
                 [(s.prompt_ids, s.cont_ids) for s in behavior], self._prompt_width(), r,
                 self.env.pad_id)
             # Behavior log-probs come from the learner's forward pass under pi_b, not the sampler.
-            logp, ent = self.learner.stats(params, tokens, attn, r)
+            logp, ent = self._stats(params, tokens, attn, r)
             rngs = sample_rngs(c.seed, step + j, b * g)[first : first + len(behavior)]
             self.cache.batches[step + j] = make_seed_batch(
                 prompts, refs, responses, logp, ent, self.rule, rngs)
@@ -185,7 +199,7 @@ class Trainer:
         t0 = time.perf_counter()
         batch = self.plugins.prepare_batch(params, batch)  # old log-probs, SIS proposals
         if c.loss.kl_coef:
-            batch = batch.replace(ref_logp_BR=self.learner.stats(
+            batch = batch.replace(ref_logp_BR=self._stats(
                 self.env.ref_params, batch.tokens_BT, batch.attn_mask_BT, r)[0])
         if not self.hosts.single:
             batch = hosts_lib.to_global(batch, self.batch_sharding)

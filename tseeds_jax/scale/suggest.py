@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
-from tseeds_jax.scale import plan
+from tseeds_jax.scale import plan as plan_lib
 from tseeds_jax.scale.plan import Plan, Workload
 
 
@@ -53,7 +53,7 @@ def _candidates(w: Workload):
     if w.sampler_dtype == "float32" and m.param_dtype == "float32":
         out.append(("--config.model.sampler_dtype=bfloat16", "sample with bfloat16 weights",
                     w.replace(sampler_dtype="bfloat16")))
-    slots = w.sampler_slots or min(256, plan._pow2_at_least(w.sequences))
+    slots = w.sampler_slots or min(256, plan_lib._pow2_at_least(w.sequences))
     if slots > 8:
         out.append((f"--config.hardware.sampler_slots={slots // 2}",
                     "fewer concurrent decode slots (smaller KV cache, slower rollouts)",
@@ -77,7 +77,7 @@ def suggestions(plan: Plan, *, max_rounds: int = 6) -> tuple[list[Suggestion], l
     hbm = plan.hbm_bytes
     ranked = []
     for change, why, w2 in _candidates(plan.workload):
-        p2 = plan.estimate(w2, hbm_bytes=hbm)
+        p2 = plan_lib.estimate(w2, hbm_bytes=hbm)
         if p2.peak_bytes < plan.peak_bytes:
             ranked.append(Suggestion(change, why, p2))
     ranked.sort(key=lambda s: s.plan.peak_bytes)
@@ -88,7 +88,8 @@ def suggestions(plan: Plan, *, max_rounds: int = 6) -> tuple[list[Suggestion], l
     for _ in range(max_rounds):
         if cur.fits:
             break
-        options = [(plan.estimate(w2, hbm_bytes=hbm), c, why) for c, why, w2 in _candidates(cur.workload)]
+        options = [(plan_lib.estimate(w2, hbm_bytes=hbm), c, why)
+                   for c, why, w2 in _candidates(cur.workload)]
         options = [o for o in options if o[0].peak_bytes < cur.peak_bytes * 0.99]
         if not options:
             break
