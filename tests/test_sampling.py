@@ -4,7 +4,6 @@ no recompilation when only parameter values change."""
 import functools
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
