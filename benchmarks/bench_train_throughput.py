@@ -60,6 +60,8 @@ def _args(argv):
     p.add_argument("--sequential", action="store_true", help="ours first, then TRL")
     p.add_argument("--no-trl", action="store_true", help="our trainer only")
     p.add_argument("--no-write", action="store_true", help="do not rewrite docs/benchmarks.md")
+    p.add_argument("--profile", action="store_true",
+                   help="also time the parts of a step in isolation (CPU time) for the docs")
     a = p.parse_args(argv)
     for name in ("steps", "prompts", "group", "tokens"):
         if getattr(a, name) < 1:
@@ -140,22 +142,37 @@ def check_same_weights(trainer, hf_model, prompt_ids) -> float:
 
 
 class OursRunner:
-    """Steps our trainer and records its per-step metrics and wall-clock."""
+    """Steps our trainer; records its per-step metrics, wall-clock and process CPU time (the
+    sampler and reward callables are wrapped to count their CPU time as well)."""
 
     def __init__(self, trainer, expected_tokens: int):
         self.trainer, self.expected = trainer, expected_tokens
         self.records: list[dict] = []
+        self.gen_cpu = 0.0
+        env = trainer.env
+        for name in ("sample_fn", "reward_fn"):
+            setattr(env, name, self._cpu_timed(getattr(env, name)))
+
+    def _cpu_timed(self, fn):
+        def timed(*args, **kw):
+            c0 = time.process_time()
+            try:
+                return fn(*args, **kw)
+            finally:
+                self.gen_cpu += time.process_time() - c0
+        return timed
 
     def step(self) -> None:
+        self.gen_cpu = 0.0
         t0, c0 = time.perf_counter(), time.process_time()
         m = self.trainer.train_step()
         wall, cpu = time.perf_counter() - t0, time.process_time() - c0
         if m["generated_tokens"] != self.expected:
             raise RuntimeError(f"ours: step generated {m['generated_tokens']} tokens, expected "
                                f"{self.expected} (a stop token ended a completion?)")
-        self.records.append(dict(wall=wall, cpu=cpu, rollout=m["time_rollout"], reward=m["time_reward"],
-                                 learner=m["time_learner"], step=m["time_step"],
-                                 tokens=m["generated_tokens"]))
+        self.records.append(dict(wall=wall, cpu=cpu, gen_cpu=self.gen_cpu,
+                                 rollout=m["time_rollout"], reward=m["time_reward"],
+                                 learner=m["time_learner"], step=m["time_step"]))
 
 
 # ---- TRL ----------------------------------------------------------------------------------
@@ -189,11 +206,13 @@ def build_trl(a, hf_dir: str, out_dir: str, prompt_texts: list[str], callback):
 
     class TimedGRPOTrainer(GRPOTrainer):
         gen_times: list[float] = []
+        gen_cpus: list[float] = []
 
         def _generate_and_score_completions(self, inputs):
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             out = super()._generate_and_score_completions(inputs)
             self.gen_times.append(time.perf_counter() - t0)
+            self.gen_cpus.append(time.process_time() - c0)
             return out
 
     def reward(prompts, completions, completion_ids, **kw):
@@ -248,6 +267,94 @@ def make_interleaving_callback(ours: OursRunner | None, expected_tokens: int):
     return Interleave()
 
 
+# ---- profile (CPU time of the parts, in isolation) ----------------------------------------
+def _cpu_median(fn, n: int = 5) -> float:
+    fn()
+    out = []
+    for _ in range(n):
+        c0 = time.process_time()
+        fn()
+        out.append(time.process_time() - c0)
+    return statistics.median(out)
+
+
+def profile(a, trainer, hf_model, prompts) -> str:
+    """Markdown table: CPU seconds of our sampler / learner and their torch counterparts, and of
+    one SwiGLU MLP block's forward+backward as our model writes it vs with gate|up fused."""
+    import jax
+    import jax.numpy as jnp
+    import torch
+
+    from tseeds_jax import sampling
+    from tseeds_jax.rl import rollout
+
+    gd, r, n = trainer.env.graphdef, a.tokens, a.prompts * a.group
+    reqs = [p for p in prompts[: a.prompts] for _ in range(a.group)]
+
+    def gen(temp):
+        return lambda: sampling.generate((gd, trainer.state.params), reqs, max_new_tokens=r,
+                                         temperature=temp, seed=list(range(n)), stop_tokens=())
+
+    rows = [("ours: sampler, B*G x R tokens, temperature 1", _cpu_median(gen(1.0))),
+            ("ours: sampler, same, greedy (no Gumbel noise)", _cpu_median(gen(0.0)))]
+    samples = rollout.continue_samples(trainer.env.sample_fn, trainer.state.params, reqs[::a.group],
+                                       [None] * a.prompts, a.group, r, (1, 0))
+    batch = rollout.build_batch(samples, np.ones(n), prompt_width=int(
+        trainer.cfg.data["max_prompt_len"]), response_width=r, pad_id=trainer.env.pad_id)
+    lrn = trainer.learner
+
+    def update():
+        trainer.state, m = lrn.update(trainer.state, batch)
+        jax.device_get(m)
+
+    rows += [("ours: learner update (fwd + bwd + AdamW)", _cpu_median(update)),
+             ("ours: learner forward only (`Learner.stats`)", _cpu_median(
+                 lambda: lrn.stats(trainer.state.params, batch.tokens_BT, batch.attn_mask_BT, r)))]
+    ids = torch.as_tensor([reqs[0]] * n, dtype=torch.long)
+    full = torch.randint(2, ARCH["vocab_size"], (n, len(reqs[0]) + r))
+    opt = torch.optim.AdamW(hf_model.parameters(), lr=a.lr)
+
+    def hf_generate():
+        with torch.no_grad():
+            hf_model.generate(ids, attention_mask=torch.ones_like(ids), do_sample=True, top_k=0,
+                              max_new_tokens=r, min_new_tokens=r, pad_token_id=PAD,
+                              eos_token_id=EOS)
+
+    def torch_update():
+        logits = hf_model(full, logits_to_keep=r + 1).logits[:, :-1]
+        lp = torch.log_softmax(logits, -1).gather(-1, full[:, -r:, None])
+        lp.mean().backward()
+        torch.nn.utils.clip_grad_norm_(hf_model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+
+    hf_model.eval()
+    rows.append(("torch: HF `generate`, B*G x R tokens (TRL's rollout)", _cpu_median(hf_generate)))
+    hf_model.train()
+    rows.append(("torch: fwd + bwd + AdamW, B*G x (prompt + R)", _cpu_median(torch_update)))
+    d, f = ARCH["hidden_size"], ARCH["intermediate_size"]
+    key = jax.random.split(jax.random.PRNGKey(0), 4)
+    x = jax.random.normal(key[0], (n, batch.tokens_BT.shape[1], d))
+    wg, wu = (jax.random.normal(k, (d, f)) * 0.05 for k in key[1:3])
+    wd = jax.random.normal(key[3], (f, d)) * 0.05
+
+    def mlp_split(w, x):  # as tseeds_jax.model.layers.MLP writes it
+        return jnp.sum((jax.nn.silu(x @ w[0]) * (x @ w[1])) @ w[2])
+
+    def mlp_fused(w, x):  # one [D, 2F] matmul for gate and up
+        g, u = jnp.split(x @ jnp.concatenate([w[0], w[1]], axis=1), 2, axis=-1)
+        return jnp.sum((jax.nn.silu(g) * u) @ w[2])
+
+    for name, fn in (("as written (x@gate, x@up)", mlp_split), ("gate|up fused", mlp_fused)):
+        step = jax.jit(jax.grad(fn, argnums=(0, 1)))
+        rows.append((f"one MLP block fwd + bwd, JAX, {name}",
+                     _cpu_median(lambda s=step: jax.block_until_ready(s((wg, wu, wd), x)))))
+    lines = ["Profile (`--profile`): CPU seconds of the parts in isolation, median of 5 after one "
+             "warm-up (same thread pinning):", "", "| part | CPU s |", "|---|---|"]
+    lines += [f"| {name} | {v:.4f} |" for name, v in rows]
+    return "\n".join(lines)
+
+
 # ---- report -------------------------------------------------------------------------------
 def _median(xs):
     return statistics.median(xs) if xs else float("nan")
@@ -265,6 +372,22 @@ def versions() -> str:
         except Exception:
             parts.append(f"{mod} (not installed)")
     return ", ".join(parts)
+
+
+def tree_state() -> str:
+    """HEAD commit and the uncommitted library files (the working tree is shared and moves)."""
+    import subprocess
+
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, text=True,
+                              capture_output=True, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "tseeds_jax", "kernels"],
+                               cwd=root, text=True, capture_output=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return "not a git checkout"
+    files = [line[3:] for line in dirty.splitlines()]
+    return f"HEAD {head}" + (f", uncommitted: {', '.join(files)}" if files else ", clean")
 
 
 def machine() -> str:
@@ -293,7 +416,7 @@ def render(a, cmd, ours_rows, ours_setup, trl, trl_note, logit_diff, mode, profi
                f"XLA_FLAGS)" if a.threads else "library default threads")
     lines = ["## End-to-end RL training throughput (`benchmarks/bench_train_throughput.py`)", "",
              f"Command: `{cmd}` — {datetime.date.today().isoformat()}, {machine()}; {threads}.",
-             "", f"Versions: {versions()}.", "",
+             "", f"Versions: {versions()}. Tree: {tree_state()}.", "",
              f"Model: random Qwen2 (V {ARCH['vocab_size']}, hidden {ARCH['hidden_size']}, "
              f"MLP {ARCH['intermediate_size']}, {ARCH['num_hidden_layers']} layers, "
              f"{ARCH['num_attention_heads']} heads / {ARCH['num_key_value_heads']} KV heads, tied "
@@ -306,20 +429,22 @@ def render(a, cmd, ours_rows, ours_setup, trl, trl_note, logit_diff, mode, profi
              f"warm-up steps; {mode}. CPU s = process CPU time per step (all threads): on a "
              f"shared machine it measures the work, while wall-clock also counts waiting for a "
              f"core.", "",
-             "| trainer | wall s / step | generated tokens / s | CPU s / step | rollout + reward s "
-             "| update + other s | throughput vs TRL (wall) | CPU-time ratio TRL / ours |",
-             "|---|---|---|---|---|---|---|---|"]
+             "| trainer | wall s / step | generated tokens / s | CPU s / step | rollout + reward "
+             "s, wall (CPU) | update + other s, wall (CPU) | throughput vs TRL (wall) | "
+             "CPU-time ratio TRL / ours |", "|---|---|---|---|---|---|---|---|"]
     o_gen = _median([r["rollout"] + r["reward"] for r in timed])
+    o_gen_cpu = _median([r["gen_cpu"] for r in timed])
     ratio = cpu_ratio = "-"
     if trl:
         t_step, t_cpu = _median(trl["walls"][w:]), _median(trl["cpus"][w:])
-        t_gen = _median(trl["gen"][w:])
+        t_gen, t_gen_cpu = _median(trl["gen"][w:]), _median(trl["gen_cpu"][w:])
         lines.append(f"| TRL `GRPOTrainer` (torch, dapo) | {t_step:.3f} | {n_tok / t_step:,.0f} | "
-                     f"{t_cpu:.3f} | {t_gen:.3f} | {t_step - t_gen:.3f} | 1.00x | 1.00x |")
+                     f"{t_cpu:.3f} | {t_gen:.3f} ({t_gen_cpu:.3f}) | {t_step - t_gen:.3f} "
+                     f"({t_cpu - t_gen_cpu:.3f}) | 1.00x | 1.00x |")
         ratio, cpu_ratio = f"**{t_step / o_step:.2f}x**", f"{t_cpu / o_cpu:.2f}x"
     lines.append(f"| ours (`tseeds_jax` Trainer, JAX, dapo) | {o_step:.3f} | "
-                 f"{n_tok / o_step:,.0f} | {o_cpu:.3f} | {o_gen:.3f} | {o_step - o_gen:.3f} | "
-                 f"{ratio} | {cpu_ratio} |")
+                 f"{n_tok / o_step:,.0f} | {o_cpu:.3f} | {o_gen:.3f} ({o_gen_cpu:.3f}) | "
+                 f"{o_step - o_gen:.3f} ({o_cpu - o_gen_cpu:.3f}) | {ratio} | {cpu_ratio} |")
     if trl_note:
         lines += ["", f"TRL: {trl_note}"]
     lines += ["", "Our step, split (medians of the per-step timers of `Trainer.train_step`, wall):",
@@ -412,14 +537,15 @@ def main(argv=None) -> int:
             trl_trainer, trl_setup = build_trl(a, hf_dir, os.path.join(tmp, "trl"), texts, cb)
             trl_trainer.train()
             trl = dict(walls=cb.walls, cpus=cb.cpus, gen=list(trl_trainer.gen_times),
-                       setup=trl_setup)
+                       gen_cpu=list(trl_trainer.gen_cpus), setup=trl_setup)
             mode = ("the two trainers interleaved step by step in one process" if interleave
                     else "ours first, then TRL, in one process")
         else:
             for _ in range(steps):
                 ours.step()
         trl_note = "" if not why_no_trl else f"skipped ({why_no_trl})."
-        text = render(a, cmd, ours.records, ours_setup, trl, trl_note, logit_diff, mode)
+        prof = profile(a, trainer, hf_model, ours_prompts) if a.profile else ""
+        text = render(a, cmd, ours.records, ours_setup, trl, trl_note, logit_diff, mode, prof)
     print(text)
     if not a.no_write:
         write_section(text)

@@ -153,12 +153,13 @@ def test_luffy_jsonl_trace_is_the_first_sample_with_seed_mask_over_the_response(
     assert batch.seed_mask_BR[1::g].sum() == 0 and batch.resp_mask_BR[::g].sum() > 0
     m = tr.train_step()
     assert np.isfinite(m["loss"]) and m["offpolicy_frac"] == 1 / g
-    # "another checkpoint via the sampler": here the run's own initial model writes the traces.
+    # "another checkpoint via the sampler": here the run's current model writes the traces.
     from tseeds_jax.rl import offpolicy
     from tseeds_jax.rl.setup import build_source, build_tokenizer
 
     tok = build_tokenizer(tr.cfg, build_source(tr.cfg))
-    src = offpolicy.ModelTraces(tr.env.graphdef, tr.env.params,
+    params = jax.tree_util.tree_map(jax.numpy.copy, tr.state.params)  # the update donates state
+    src = offpolicy.ModelTraces(tr.env.graphdef, params,
                                 offpolicy._sampler(tr.cfg, tr.env.graphdef, tok), 12, run_seed=0,
                                 stop_ids=tuple(tok.stop_ids))
     prompts = [s.prompt_ids for s in samples[::g]]

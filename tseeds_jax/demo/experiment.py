@@ -104,6 +104,8 @@ def rl_config(dc: DemoConfig, tokenizer_path: str, run_dir: str, seed: int, meth
     c.model.arch.num_attention_heads = dc.heads
     c.model.arch.num_key_value_heads = dc.heads
     c.model.arch.max_position_embeddings = 128
+    # Untied: with tied embeddings the 'head' group would be the final norm alone (D scales).
+    c.model.arch.tie_word_embeddings = False
     c.rollout.batch_prompts = 16
     c.rollout.group_size = 8
     c.rollout.max_response_len = dc.response_width
@@ -128,7 +130,7 @@ def model_config(dc: DemoConfig, vocab_size: int):
     return ModelConfig.from_hf_dict(dict(
         model_type="qwen2", vocab_size=vocab_size, hidden_size=dc.hidden_size,
         intermediate_size=4 * dc.hidden_size, num_hidden_layers=dc.num_layers,
-        num_attention_heads=dc.heads, num_key_value_heads=dc.heads, tie_word_embeddings=True,
+        num_attention_heads=dc.heads, num_key_value_heads=dc.heads, tie_word_embeddings=False,
         max_position_embeddings=128, rope_theta=10000.0))
 
 

@@ -69,9 +69,12 @@ def _sft_loss(params, graphdef, tokens_BT, attn_BT, loss_BT):
 
 
 def warm_start(model, tok, source, cfg: WarmStartConfig, *, prompt_width: int,
-               response_width: int, progress=None):
+               response_width: int, progress=None, callback=None, callback_every: int = 0):
     """Trains `model` (in place semantics: returns the new params) on demonstrations from
-    `source` (a SplitSource on the training side). Returns (graphdef, params, info)."""
+    `source` (a SplitSource on the training side). Returns (graphdef, params, info).
+
+    `callback(step, graphdef, params)` runs every `callback_every` steps (0: never), e.g. to
+    evaluate the policy while it warms up."""
     graphdef, params = nnx.split(model)
     sched = optax.warmup_cosine_decay_schedule(0.0, cfg.lr, cfg.warmup, max(cfg.steps, cfg.warmup + 1),
                                                end_value=cfg.lr * 0.1)
@@ -103,6 +106,8 @@ def warm_start(model, tok, source, cfg: WarmStartConfig, *, prompt_width: int,
             losses.append(float(loss))
             if progress is not None:
                 progress(done, cfg.steps, losses[-1])
+        if callback is not None and callback_every and done % callback_every == 0:
+            callback(done, graphdef, params)
         if cfg.time_limit_s and time.perf_counter() - t0 > cfg.time_limit_s:
             break
     info = {"steps": done, "seconds": time.perf_counter() - t0,
