@@ -187,7 +187,9 @@ def param_shardings(abstract_state, mesh: Mesh, rules: Mapping[str, MeshAxes] | 
         if _is_var(x):
             axes = x.get_metadata().get("axes")
             shape = getattr(x.value, "shape", ())
-            if axes is None:
+            # No names, or a placeholder whose shape no longer matches them (e.g. the empty
+            # optimizer state of a frozen parameter): replicate.
+            if axes is None or len(axes) != len(shape):
                 spec = PartitionSpec()
             else:
                 spec = logical_to_pspec(axes, rules, shape=shape, mesh=mesh, what=where)

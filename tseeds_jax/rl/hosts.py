@@ -79,10 +79,17 @@ def local_replica(tree, device=None):
     return jax.tree_util.tree_map(one, tree)
 
 
-def to_global(tree, shardings):
-    """Host-local row blocks -> global arrays (rows concatenated in process order)."""
-    return jax.tree_util.tree_map(
-        lambda x, s: jax.make_array_from_process_local_data(s, np.asarray(x)), tree, shardings)
+def to_global(tree, mesh, hosts: Hosts):
+    """Host-local row blocks -> global arrays split over the mesh's batch axes (rows concatenated
+    in process order). None leaves (unused optional fields) stay None."""
+    from tseeds_jax.model.sharding import batch_sharding
+
+    def one(x):
+        x = np.asarray(x)
+        shape = (x.shape[0] * hosts.count,) + x.shape[1:]
+        return jax.make_array_from_process_local_data(batch_sharding(mesh, shape), x, shape)
+
+    return jax.tree_util.tree_map(one, tree)
 
 
 def gather_rows(x: np.ndarray, hosts: Hosts) -> np.ndarray:

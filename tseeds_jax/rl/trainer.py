@@ -61,6 +61,7 @@ class Trainer:
         self.cfg, self.env = cfg, env
         self.hosts = hosts_lib.Hosts.current()
         self.batch_sharding = batch_sharding
+        self.mesh = None  # the training mesh (set by runner.make_trainer); needed multi-host
         self.learner = Learner(env.graphdef, env.params, cfg.loss, cfg.optim,
                                variant=cfg.seeds.variant, old_logp_mode=learner_old_logp_mode(cfg),
                                batch_sharding=batch_sharding if self.hosts.single else None)
@@ -202,7 +203,7 @@ class Trainer:
             batch = batch.replace(ref_logp_BR=self._stats(
                 self.env.ref_params, batch.tokens_BT, batch.attn_mask_BT, r)[0])
         if not self.hosts.single:
-            batch = hosts_lib.to_global(batch, self.batch_sharding)
+            batch = hosts_lib.to_global(batch, self.mesh, self.hosts)
         self.state, lmetrics = self.learner.update(self.state, batch,
                                                    **self.plugins.update_kwargs(step))
         lmetrics = jax.device_get(lmetrics)
