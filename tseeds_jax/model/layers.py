@@ -185,8 +185,11 @@ class MLP(nnx.Module):
 
     def __call__(self, x_BTD):
         dt = x_BTD.dtype
-        g = x_BTD @ self.gate.value.astype(dt)
-        u = x_BTD @ self.up.value.astype(dt)
+        # One [D, 2F] matmul instead of two: XLA:CPU otherwise fuses the SiLU backward into a
+        # transposing copy per layer (measured ~40% of this block's forward+backward).
+        f = self.gate.value.shape[1]
+        gu = x_BTD @ jnp.concatenate([self.gate.value, self.up.value], axis=1).astype(dt)
+        g, u = gu[..., :f], gu[..., f:]
         if self.bias:
             g, u = g + self.gate_bias.value.astype(dt), u + self.up_bias.value.astype(dt)
         y = (jax.nn.silu(g) * u) @ self.down.value.astype(dt)
