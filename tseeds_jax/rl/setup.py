@@ -150,9 +150,12 @@ def make_sample_fn(cfg: TrainConfig, graphdef, stop_tokens, max_prefill: int):
     def sample_fn(params, requests, budgets, seed):
         # seed = (stream seed, global index of the first request): every request's random stream
         # depends only on its global position, whatever the host count, slot count or batching.
-        stream, first = seed if isinstance(seed, tuple) else (seed, 0)
-        seeds = [int(np.random.SeedSequence([stream, first + i]).generate_state(1)[0])
-                 for i in range(len(requests))]
+        # (`where` may also list each request's global index explicitly.)
+        stream, where = seed if isinstance(seed, tuple) else (seed, 0)
+        index = range(where, where + len(requests)) if isinstance(where, int) else where
+        if len(index) != len(requests):
+            raise ValueError(f"sample_fn: {len(index)} request indices for {len(requests)} requests")
+        seeds = [int(np.random.SeedSequence([stream, i]).generate_state(1)[0]) for i in index]
         results = sampling.generate((graphdef, params), requests, max_new_tokens=budgets,
                                     temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
                                     seed=seeds, stop_tokens=stop_tokens,

@@ -105,23 +105,29 @@ class Trainer:
         if self.env.checkpointer is not None:
             self.env.checkpointer.save_behavior_snapshot(step, params)
         self.cache = SeedCache(cycle_start=step)
-        n_tokens = 0
-        for j in range(1, c.seeds.refresh_interval):
-            prompts, refs, first = self._local(*batches[j])
-            behavior = rollout.continue_samples(
-                self.env.sample_fn, params, prompts, refs, g, r,
-                (stream_seed(c.seed, step + j, BEHAVIOR), first))
-            responses = [s.cont_ids for s in behavior]
-            n_tokens += sum(len(x) for x in responses)
-            tokens, attn = rollout.sequences_for_stats(
-                [(s.prompt_ids, s.cont_ids) for s in behavior], self._prompt_width(), r,
-                self.env.pad_id)
-            # Behavior log-probs come from the learner's forward pass under pi_b, not the sampler.
-            logp, ent = self._stats(params, tokens, attn, r)
-            rngs = sample_rngs(c.seed, step + j, b * g)[first : first + len(behavior)]
+        # All T-1 seeded batches in one sampler call and one statistics pass: per-call costs
+        # dominate small models, and a bigger call fills more decode slots.
+        n_global = b * g
+        local = [self._local(*batches[j]) for j in range(1, c.seeds.refresh_interval)]
+        prompts = [p for lp, _, _ in local for p in lp]
+        refs = [x for _, lr, _ in local for x in lr]
+        index = [j * n_global + first + i for j, (lp, _, first) in enumerate(local)
+                 for i in range(len(lp) * g)]
+        behavior = rollout.continue_samples(self.env.sample_fn, params, prompts, refs, g, r,
+                                            (stream_seed(c.seed, step, BEHAVIOR), index))
+        responses = [s.cont_ids for s in behavior]
+        n_tokens = sum(len(x) for x in responses)
+        tokens, attn = rollout.sequences_for_stats(
+            [(s.prompt_ids, s.cont_ids) for s in behavior], self._prompt_width(), r, self.env.pad_id)
+        # Behavior log-probs come from the learner's forward pass under pi_b, not the sampler.
+        logp, ent = self._stats(params, tokens, attn, r)
+        n_local = len(behavior) // len(local) if local else 0
+        for j, (lp, lr, first) in enumerate(local, start=1):
+            rows = slice((j - 1) * n_local, j * n_local)
+            rngs = sample_rngs(c.seed, step + j, n_global)[first : first + n_local]
             self.cache.batches[step + j] = make_seed_batch(
-                prompts, refs, responses, logp, ent, self.rule, rngs)
-            self.plugins.after_seed_batch(step + j, params, tokens, attn)
+                lp, lr, responses[rows], logp[rows], ent[rows], self.rule, rngs)
+            self.plugins.after_seed_batch(step + j, params, tokens[rows], attn[rows])
         return batches[0], n_tokens
 
     def _collect(self, params, step: int):
