@@ -13,11 +13,17 @@ callback) so that load from other jobs on a shared machine hits both sides alike
 runs ours first, then TRL. Seconds per step are medians over `--steps` steps after `--warmup`
 warm-up steps; our compile / warm-up time is reported separately.
 
+Threads: `--threads 1` (default) pins both torch and XLA to one intra-op thread. On a shared
+2-core machine torch's OpenMP pool at 2 threads collapses under oversubscription (measured at load
+~12: HF `generate` of 16 x 64 tokens took 1.7 s at 1 thread, 25-66 s at 2 threads), which would
+make the comparison meaningless; `--threads 0` keeps each library's default. Besides wall-clock,
+process CPU time per step is reported: it measures the work even when other jobs share the cores.
+
 TRL is optional and not a project requirement. Install it with `pip install trl` (1.16.0 was
 used: it keeps torch 2.13.0+cpu and transformers 5.24.0 and adds accelerate and datasets). Without
 it the script runs our side only and says so.
 
-    python benchmarks/bench_train_throughput.py                 # writes docs/benchmarks.md
+    python benchmarks/bench_train_throughput.py --profile       # writes docs/benchmarks.md
     python benchmarks/bench_train_throughput.py --no-write --steps 4 --warmup 1
 
 Letters: B prompts per step, G completions per prompt, R completion tokens, V vocabulary.
@@ -352,6 +358,12 @@ def profile(a, trainer, hf_model, prompts) -> str:
     lines = ["Profile (`--profile`): CPU seconds of the parts in isolation, median of 5 after one "
              "warm-up (same thread pinning):", "", "| part | CPU s |", "|---|---|"]
     lines += [f"| {name} | {v:.4f} |" for name, v in rows]
+    v = [x for _, x in rows]
+    lines += ["", f"Read-out: Gumbel-noise sampling is {(v[0] - v[1]) / v[0]:.0%} of our sampler's "
+              f"CPU time; our sampler costs {v[0] / v[4]:.2f}x HF `generate`; our learner update "
+              f"costs {v[2] / v[5]:.2f}x torch's fwd + bwd + AdamW (its backward "
+              f"{(v[2] - v[3]) / v[3]:.1f}x its forward); the SwiGLU block's fwd + bwd as written "
+              f"costs {v[6] / v[7]:.2f}x the gate|up-fused form."]
     return "\n".join(lines)
 
 

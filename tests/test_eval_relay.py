@@ -1,8 +1,10 @@
-"""Relay inference with the same checkpoint on both sides is single-model inference in law.
+"""Relay inference with the same checkpoint on both sides is single-model inference.
 
 Without stop tokens every response has exactly `max_new_tokens` tokens, so the cut point is fixed
-and relay(pi, pi) has exactly the distribution of pi's own responses; the two estimates differ by
-sampling noise only. The score depends on the whole response (prefix and continuation).
+and relay(pi, pi) has exactly the distribution of pi's own responses: with greedy decoding the two
+are identical token for token; with sampling the two estimates differ by sampling noise only. The
+score depends on the whole response (prefix and continuation). Sizes are small so that the file
+runs in seconds (the sampler compiles once per shape).
 """
 
 import math
@@ -41,8 +43,19 @@ def _score(texts, refs):
 KW = dict(decode=_decode, score_fn=_score, max_new_tokens=LEN, temperature=1.0)
 
 
-def test_relay_with_same_checkpoint_matches_single_model():
-    model, probs, n = _model(), _problems(64), 8
+def test_greedy_relay_with_same_checkpoint_is_single_model_exactly():
+    model, probs = _model(), _problems(24)
+    kw = dict(KW, temperature=0.0)
+    single = evaluate(model, probs, n=1, seed=0, **kw)
+    relay = relay_evaluate(model, model, probs, n=1, ratio=0.5, seed=1, **kw)
+    assert 0 < int(np.sum(single.correct)) < len(probs)  # the score is informative here
+    np.testing.assert_array_equal(relay.correct, single.correct)
+    assert relay.extra["mean_prefix_length"] == LEN // 2
+    assert relay.mean_length == LEN
+
+
+def test_sampled_relay_with_same_checkpoint_matches_single_model_in_law():
+    model, probs, n = _model(), _problems(32), 8
     single = evaluate(model, probs, n=n, seed=0, **KW)
     relay = relay_evaluate(model, model, probs, n=n, ratio=0.5, seed=1, **KW)
     m = len(probs) * n
@@ -52,8 +65,6 @@ def test_relay_with_same_checkpoint_matches_single_model():
     assert abs(single.avg - relay.avg) < 4 * se
     assert relay.extra["mean_prefix_length"] == LEN // 2
     assert relay.mean_length == LEN
-    for k in single.pass_at_k:
-        assert abs(single.pass_at_k[k] - relay.pass_at_k[k]) < 0.2
 
 
 def test_cut_point_never_keeps_the_final_token():

@@ -55,3 +55,37 @@ def test_t_interval_and_welch():
     assert mean == 2.0 and abs(half - 4.302652729911275 * 1.0 / np.sqrt(3)) < 1e-9
     diff, p, sig = welch([1.0, 1.1, 0.9], [1.0, 1.2, 0.8])
     assert abs(diff) < 1e-12 and p > 0.5 and not sig
+
+
+def test_rl_effect_combines_eval_noise_and_seed_spread():
+    from tseeds_jax.eval.rundata import rl_effect
+
+    rng = np.random.default_rng(0)
+    base = rng.integers(0, 5, 40)  # correct out of 4, 40 problems
+    runs = [np.minimum(base + rng.integers(0, 2, 40), 4) for _ in range(3)]
+    e = rl_effect(runs, 4, base, 4)
+    # float64 reference written from the definitions
+    fr = np.array(runs, np.float64) / 4
+    fb = base / 4.0
+    d = fr.mean(0) - fb
+    eval_half = 1.96 * d.std(ddof=1) / np.sqrt(40)
+    per_seed = fr.mean(1) - fb.mean()
+    seed_half = 4.302652729911275 * per_seed.std(ddof=1) / np.sqrt(3)
+    assert abs(e["effect"] - d.mean()) < 1e-12
+    assert abs(e["eval_half"] - eval_half) < 1e-12 and abs(e["seed_half"] - seed_half) < 1e-9
+    assert abs(e["half"] - np.hypot(eval_half, seed_half)) < 1e-9
+    assert e["shown"] == (d.mean() - np.hypot(eval_half, seed_half) > 0)
+    same = rl_effect([base, base], 4, base, 4)
+    assert same["effect"] == 0.0 and not same["shown"]
+
+
+def test_report_says_when_rl_does_not_beat_the_base(tmp_path):
+    root = str(tmp_path)
+    for seed in range(3):
+        _run(root, "dapo", "On-policy DAPO", seed, 0.5)
+    os.makedirs(os.path.join(root, "base"))
+    with open(os.path.join(root, "base", "eval.json"), "w") as f:
+        json.dump({"n": 4, "avg_at_n": 0.5, "pass_at_k": {"1": 0.5, "2": 0.5, "4": 0.5},
+                   "mean_length": 20.0, "correct": [2] * 10, "num_problems": 10}, f)
+    text = open(write_report(root)).read()
+    assert "**No method improved on the base" in text

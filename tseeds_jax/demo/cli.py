@@ -21,7 +21,7 @@ def _parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--out", default="runs/demo", help="output folder (default runs/demo)")
     p.add_argument("--quick", action="store_true",
-                   help="a ~2-minute smoke version (fewer steps, seeds and problems)")
+                   help="a smoke version: 150 SFT steps, one training seed, 8 RL steps per run")
     p.add_argument("--rl-steps", type=int, default=None, help="override RL steps per run")
     p.add_argument("--warm-steps", type=int, default=None, help="override warm-start SFT steps")
     p.add_argument("--seeds", type=int, default=None, help="number of training seeds per method")

@@ -40,11 +40,11 @@ def _load(spec: str):
 
 
 def _problems(cfg, tok, count: int):
+    import dataclasses
+
     from tseeds_jax.eval.evaluate import Problem
     from tseeds_jax.eval.problems import EVAL_SPLIT_SEED, held_out_problems
     from tseeds_jax.rl.setup import build_source
-
-    import dataclasses
 
     source = build_source(dataclasses.replace(cfg, seed=EVAL_SPLIT_SEED))
     max_len = int(cfg.data["max_prompt_len"])

@@ -36,9 +36,11 @@ def accuracy_curves(methods: dict[str, list[RunData]], path: str, *, base: float
             line, = ax.plot(x, mean, marker="o", ms=3,
                             label=f"{runs[0].label} (n={ys.shape[0]})")
             if ys.shape[0] > 1:
-                ax.fill_between(x, mean - half, mean + half, alpha=0.2, color=line.get_color())
+                # an accuracy lies in [0, 1]; t-intervals of 2-3 seeds can reach past it
+                ax.fill_between(x, np.clip(mean - half, 0, 1), np.clip(mean + half, 0, 1),
+                                alpha=0.2, color=line.get_color())
         if base is not None:
-            ax.axhline(base, color="gray", ls="--", lw=1, label="base policy")
+            ax.axhline(base, color="gray", ls="--", lw=1, label="base policy (final-evaluation set)")
         ax.set_xlabel(xlabel)
         ax.set_ylabel("held-out accuracy (avg@n)")
         ax.grid(alpha=0.3)

@@ -19,10 +19,19 @@ from typing import Any
 import numpy as np
 
 from tseeds_jax.eval import plots
-from tseeds_jax.eval.rundata import (RunData, find_runs, group_methods, mean_profile,
-                                     problem_interval, t_interval, welch)
+from tseeds_jax.eval.rundata import (
+    RunData,
+    find_runs,
+    group_methods,
+    mean_profile,
+    problem_interval,
+    rl_effect,
+    t_interval,
+    welch,
+)
 
-SECTIONS = ("## Base policy", "## Final accuracy per method", "## Accuracy during training",
+SECTIONS = ("## Base policy", "## RL effect over the base",
+            "## Final accuracy per method", "## Accuracy during training",
             "## avg@k and pass@k", "## Relay vs single-model inference", "## Positional profiles",
             "## Step-time overhead of seeding")
 
@@ -58,6 +67,22 @@ def _mean_step_time(run: RunData) -> float:
 def _mean_tokens(run: RunData) -> float:
     ts = [m["generated_tokens"] for m in run.metrics if m.get("generated_tokens") is not None]
     return float(np.mean(ts)) if ts else float("nan")
+
+
+def _effects(methods: dict[str, list[RunData]], base) -> dict[str, dict[str, Any]]:
+    """rl_effect per method whose final evaluations share the base's problems (else skipped)."""
+    out = {}
+    if not base or "correct" not in base:
+        return out
+    for method, rs in methods.items():
+        finals = [r.final for r in rs if r.final and len(r.final.get("correct", ())) ==
+                  len(base["correct"])]
+        if not finals or len({f["n"] for f in finals}) != 1:
+            continue
+        e = rl_effect([f["correct"] for f in finals], finals[0]["n"], base["correct"], base["n"])
+        e["seeds"] = len(finals)
+        out[method] = e
+    return out
 
 
 def write_report(root: str, *, out: str | None = None) -> str:
@@ -102,8 +127,38 @@ def write_report(root: str, *, out: str | None = None) -> str:
         lines.append("(no base evaluation in this folder)")
     lines.append("")
 
-    # ---- final accuracy ----
+    # ---- RL effect over the base: shown before any method comparison ----
     lines += [SECTIONS[1], ""]
+    effects = _effects(methods, base)
+    if effects:
+        lines += ["Final held-out avg@n minus the base's, on the same problems. ± combines, in "
+                  "quadrature, evaluation noise (95% paired interval over problems) and "
+                  "training-seed spread (95% Student-t interval over seeds). An effect counts as "
+                  "shown when its lower end is above zero.", "",
+                  "| method | seeds | RL − base (points) | eval noise ± | seed spread ± | shown |",
+                  "|---|---|---|---|---|---|"]
+        for method, e in effects.items():
+            lines.append(f"| {methods[method][0].label} | {e['seeds']} | "
+                         f"{100 * e['effect']:+.1f} ± {_pct(e['half'])} | {_pct(e['eval_half'])} | "
+                         f"{_pct(e['seed_half'])} | {'yes' if e['shown'] else 'no'} |")
+        shown = [m for m, e in effects.items() if e["shown"]]
+        lines.append("")
+        if shown:
+            lines.append("RL from the base improves held-out accuracy beyond evaluation noise and "
+                         "seed spread for: " + ", ".join(methods[m][0].label for m in shown)
+                         + ". Only these methods moved the policy measurably; comparisons with the "
+                         "others compare against a policy that RL did not measurably change.")
+        else:
+            lines.append("**No method improved on the base beyond evaluation noise and seed "
+                         "spread.** The method comparison below compares noise and shows nothing "
+                         "about Thinking Seeds.")
+    else:
+        lines.append("(needs the base evaluation and final evaluations of the runs on the same "
+                     "problems)")
+    lines.append("")
+
+    # ---- final accuracy ----
+    lines += [SECTIONS[2], ""]
     base_vals = _final_values(methods.get(baseline, [])) if baseline else []
     lines += ["| method | seeds | final avg@n (95% CI) | per seed | vs base | "
               f"vs {methods[baseline][0].label if baseline in methods else 'baseline'} (Welch p) |",
@@ -146,18 +201,20 @@ def write_report(root: str, *, out: str | None = None) -> str:
     lines += verdicts + [""]
 
     # ---- curves ----
-    lines += [SECTIONS[2], ""]
+    lines += [SECTIONS[3], ""]
     if any(r.curve for r in runs):
         plots.accuracy_curves(methods, os.path.join(plot_dir, "accuracy.png"), base=base_avg)
         lines += ["![accuracy](plots/accuracy.png)", "",
                   "Held-out avg@n during training against step (left) and against cumulative "
                   "generated tokens including behavior rollouts (right); shaded: 95% interval "
-                  "over training seeds.", ""]
+                  "over training seeds. The dashed line is the base on the final-evaluation set; "
+                  "curve points use a smaller problem subset and other sampler seeds, so the "
+                  "step-0 point differs from it by evaluation noise.", ""]
     else:
         lines += ["(no evaluation curves)", ""]
 
     # ---- pass@k table ----
-    lines += [SECTIONS[3], ""]
+    lines += [SECTIONS[4], ""]
     series: dict[str, dict[int, float]] = {}
     ks: list[int] = []
     rows = []
@@ -191,7 +248,7 @@ def write_report(root: str, *, out: str | None = None) -> str:
         lines += ["(no final evaluations)", ""]
 
     # ---- relay ----
-    lines += [SECTIONS[4], ""]
+    lines += [SECTIONS[5], ""]
     if relay:
         s, rl = relay["single"], relay["relay"]
         lines += [f"Early checkpoint `{relay['early']}` writes the first "
@@ -218,7 +275,7 @@ def write_report(root: str, *, out: str | None = None) -> str:
         lines += ["(no relay evaluation in this folder)", ""]
 
     # ---- profiles ----
-    lines += [SECTIONS[5], ""]
+    lines += [SECTIONS[6], ""]
     if any(r.metrics for r in runs):
         plots.profiles(methods, os.path.join(plot_dir, "profiles.png"))
         lines += ["![profiles](plots/profiles.png)", "",
@@ -244,7 +301,7 @@ def write_report(root: str, *, out: str | None = None) -> str:
         lines += ["(no training metrics)", ""]
 
     # ---- overhead ----
-    lines += [SECTIONS[6], ""]
+    lines += [SECTIONS[7], ""]
     if baseline in methods and any(r.metrics for r in methods[baseline]):
         bt = float(np.nanmean([_mean_step_time(r) for r in methods[baseline]]))
         btok = float(np.nanmean([_mean_tokens(r) for r in methods[baseline]]))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 from typing import Any
 
@@ -107,6 +108,30 @@ def problem_interval(correct, n: int) -> tuple[float, float]:
     if frac.size < 2:
         return float(frac.mean()), float("nan")
     return float(frac.mean()), float(1.96 * frac.std(ddof=1) / np.sqrt(frac.size))
+
+
+def rl_effect(run_corrects, run_n: int, base_correct, base_n: int) -> dict[str, float]:
+    """Improvement of RL runs over the base, all evaluated on the same problems.
+
+    run_corrects: one correct-count vector per training seed (length P each); base_correct:
+    length P. Returns effect (mean over seeds of run avg - base avg), eval_half (95% half-width of
+    the paired per-problem difference between the seed-averaged runs and the base: evaluation
+    noise), seed_half (95% Student-t half-width over the per-seed differences: training noise;
+    nan with one seed), half (both combined in quadrature) and shown (effect - half > 0).
+    """
+    base = np.asarray(base_correct, np.float64) / base_n
+    runs = np.asarray(run_corrects, np.float64) / run_n
+    if runs.ndim != 2 or runs.shape[1] != base.size:
+        raise ValueError(f"rl_effect: run_corrects shape {runs.shape} does not match the base's "
+                         f"{base.size} problems")
+    diff_P = runs.mean(axis=0) - base
+    eval_half = (float(1.96 * diff_P.std(ddof=1) / np.sqrt(diff_P.size)) if diff_P.size > 1
+                 else float("nan"))
+    _, seed_half = t_interval(runs.mean(axis=1) - base.mean())
+    half = math.sqrt(eval_half ** 2 + (seed_half if math.isfinite(seed_half) else 0.0) ** 2)
+    effect = float(diff_P.mean())
+    return {"effect": effect, "eval_half": eval_half, "seed_half": seed_half, "half": half,
+            "shown": bool(math.isfinite(half) and effect - half > 0)}
 
 
 def mean_profile(metrics: list[dict[str, Any]], key: str, *, seeded_only: bool = False):

@@ -27,7 +27,6 @@ Loss-family plumbing (rl/family.py for the config side):
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 import flax.struct
@@ -173,6 +172,9 @@ def _diagnostics(logp, old, ent, adv_BR, resp, seed, sampler_logp, clip, first):
     return out, extremes, profiles
 
 
+_JITTED: dict = {}
+
+
 class Learner:
     """Owns the optimizer and the jitted functions; holds no parameters itself."""
 
@@ -195,9 +197,14 @@ class Learner:
             old_logp_mode = "shortcut" if ocfg.updates_per_batch == 1 else "recompute"
         self.old_logp_mode = old_logp_mode
         self.batch_sharding = batch_sharding
-        self._stats = jax.jit(functools.partial(self._stats_impl), static_argnums=(3,))
-        self._topk = jax.jit(self._topk_impl, static_argnums=(3, 4))
-        self._update = jax.jit(self._update_impl, donate_argnums=(0,))
+        # Learners of equal configuration share their jitted functions (and so their compiled
+        # code): a demo or sweep building one trainer per run compiles the step once.
+        key = (graphdef, repr(lcfg), repr(ocfg), self.variant, old_logp_mode, kernel_impl)
+        if key not in _JITTED:
+            _JITTED[key] = (jax.jit(self._stats_impl, static_argnums=(3,)),
+                            jax.jit(self._topk_impl, static_argnums=(3, 4)),
+                            jax.jit(self._update_impl, donate_argnums=(0,)))
+        self._stats, self._topk, self._update = _JITTED[key]
 
     @property
     def needs_old_logp(self) -> bool:
