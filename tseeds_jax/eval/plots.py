@@ -26,7 +26,7 @@ def accuracy_curves(methods: dict[str, list[RunData]], path: str, *, base: float
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     for ax, (x_key, xlabel) in zip(axes, (("step", "training step"),
                                           ("generated_tokens", "generated tokens (cumulative)"))):
-        for method, runs in methods.items():
+        for runs in methods.values():
             x, ys = _curve_points(runs, x_key)
             if x is None:
                 continue
@@ -73,7 +73,7 @@ def profiles(methods: dict[str, list[RunData]], path: str):
     and training seeds of each method (the analogue of the paper's Figures 3 and 4)."""
     fig, axes = plt.subplots(1, 2, figsize=(11, 4))
     centers = (np.arange(10) + 0.5) * 10
-    for method, runs in methods.items():
+    for runs in methods.values():
         for ax, key in zip(axes, ("pos_entropy", "pos_clipfrac")):
             profs = [p for p in (mean_profile(r.metrics, key) for r in runs) if p is not None]
             if not profs:

@@ -188,7 +188,7 @@ def write_report(root: str, *, out: str | None = None) -> str:
                      f"{vs_base} | {vs_bl} |")
     lines.append("")
     if base_avg is not None:
-        for method, rs in methods.items():
+        for rs in methods.values():
             vals = _final_values(rs)
             if len(vals) >= 2:
                 mean, half = t_interval(vals)
@@ -222,7 +222,7 @@ def write_report(root: str, *, out: str | None = None) -> str:
         series["base"] = {int(k): v for k, v in base["pass_at_k"].items()}
         ks = sorted(series["base"])
         rows.append(("base", base["avg_at_n"], series["base"], 1))
-    for method, rs in methods.items():
+    for rs in methods.values():
         finals = [r.final for r in rs if r.final]
         if not finals:
             continue
@@ -284,7 +284,7 @@ def write_report(root: str, *, out: str | None = None) -> str:
                   "Figure 3(a); mini-batched on-policy: Figure 3(b); seeded: Figure 4).", "",
                   "| method | entropy first/middle/last bin | clipfrac first/middle/last bin | "
                   "seed-token share |", "|---|---|---|---|"]
-        for method, rs in methods.items():
+        for rs in methods.values():
             ent = [p for p in (mean_profile(r.metrics, "pos_entropy") for r in rs) if p is not None]
             clip = [p for p in (mean_profile(r.metrics, "pos_clipfrac") for r in rs)
                     if p is not None]
@@ -311,7 +311,7 @@ def write_report(root: str, *, out: str | None = None) -> str:
                   "Runs of one demo share the machine, so small differences are noise.", "",
                   "| method | s/step | × baseline | generated tokens/step | × baseline |",
                   "|---|---|---|---|---|"]
-        for method, rs in methods.items():
+        for rs in methods.values():
             t = float(np.nanmean([_mean_step_time(r) for r in rs]))
             tok = float(np.nanmean([_mean_tokens(r) for r in rs]))
             lines.append(f"| {rs[0].label} | {t:.4f} | {t / bt:.2f}× | {tok:.0f} | "
