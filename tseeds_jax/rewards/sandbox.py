@@ -172,6 +172,8 @@ def _setup_mounts(hide: list[str], keep: list[str], tmpfs_mb: int) -> None:
             pass  # best effort: a mount we cannot remount stays as it is (documented)
     lx.mount("tmpfs", "/tmp", "tmpfs", lx.MS_NOSUID | lx.MS_NODEV, f"size={tmpfs_mb}m,mode=755")
     for h in hide:
+        if _under(h, "/tmp"):  # e.g. a checkout under /tmp: already hidden by the fresh /tmp
+            continue
         lx.mount("tmpfs", h, "tmpfs", lx.MS_NOSUID | lx.MS_NODEV, "size=1m,mode=755")
     for target, fd in keep_fds:
         os.makedirs(target, exist_ok=True)
