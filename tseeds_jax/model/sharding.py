@@ -60,7 +60,7 @@ LOGICAL_RULES: dict[str, MeshAxes] = {
     "activation_kv_heads": "tensor",
     "activation_mlp": "tensor",
     "activation_vocab": "tensor",
-    # KV cache [B, S, K, E]
+    # KV cache: keys [B, K, E, S], values [B, K, S, E] (KVCache.k_axes / v_axes)
     "cache_batch": ("data", "fsdp"),
     "cache_length": None,
     "cache_kv_heads": "tensor",

@@ -40,7 +40,8 @@ TRACE_COUNTS: dict[str, int] = {"prefill": 0, "insert": 0, "step": 0, "chunk": 0
 
 @flax.struct.dataclass
 class Prefix:
-    """The result of a prefill for P prompts: their KV [P, T, K, E] per layer and first token."""
+    """The result of a prefill for P prompts: their keys [P, K, E, T] and values [P, K, T, E]
+    per layer (the `KVCache` layout) and first token."""
 
     k: tuple[jax.Array, ...]
     v: tuple[jax.Array, ...]
@@ -125,17 +126,20 @@ def prefill(graphdef, strategy, params, tokens_PT, length_P, key_P, budget_P, er
 def insert(prefix: Prefix, state: DecodeState, slot_P) -> DecodeState:
     """Copies P prefills into slots `slot_P` (int32 [P]); entries equal to B are skipped."""
     TRACE_COUNTS["insert"] += 1
-    t = prefix.k[0].shape[1]
+    t = prefix.k[0].shape[-1]
 
     def put(dst, src):
         return dst.at[slot_P].set(src.astype(dst.dtype), mode="drop")
 
-    def put_kv(dst_BSKE, src_PTKE):
-        return dst_BSKE.at[slot_P, :t].set(src_PTKE.astype(dst_BSKE.dtype), mode="drop")
+    def put_k(dst_BKES, src_PKET):
+        return dst_BKES.at[slot_P, :, :, :t].set(src_PKET.astype(dst_BKES.dtype), mode="drop")
+
+    def put_v(dst_BKSE, src_PKTE):
+        return dst_BKSE.at[slot_P, :, :t].set(src_PKTE.astype(dst_BKSE.dtype), mode="drop")
 
     cache = state.cache
-    cache = KVCache(k=tuple(put_kv(d, s) for d, s in zip(cache.k, prefix.k)),
-                    v=tuple(put_kv(d, s) for d, s in zip(cache.v, prefix.v)),
+    cache = KVCache(k=tuple(put_k(d, s) for d, s in zip(cache.k, prefix.k)),
+                    v=tuple(put_v(d, s) for d, s in zip(cache.v, prefix.v)),
                     end_B=put(cache.end_B, prefix.length_P))
     p = slot_P.shape[0]
     return DecodeState(
