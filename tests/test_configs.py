@@ -68,5 +68,5 @@ def test_config_variant_override_and_bad_variant():
     path = os.path.join(ROOT, "configs", "qwen25_math_7b_dapo17k.py")
     cd = _load_with_config_flags(f"{path}:gpu")
     assert cd.hardware.accelerator == "8xH100"
-    with pytest.raises(Exception, match="unknown variant"):
+    with pytest.raises(Exception, match="unknown variant 'v9'; known: \\['gpu', 'tpu'\\]"):
         _load_with_config_flags(f"{path}:v9")

@@ -3,10 +3,15 @@ worker-side runner and the babysitter's recovery against fake `gcloud` binaries 
 
 Every dry-run test puts a poisoned `gcloud`/`gsutil` first on PATH: a dry run that calls gcloud
 fails the test, which is how "dry-run never needs gcloud" is checked.
+
+Most tests are rows of a table: a script, its arguments and the expected printed commands (`Cmd`)
+or usage error. Strings in a row may name the files of the `files` fixture ({config}, {wheel},
+{wheel_name}, {env}).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shlex
 import shutil
@@ -23,6 +28,13 @@ ZONE = "us-central2-b"
 NAME = "tseeds-pod"
 RUN_ID = "exp-42"
 RUN_ROOT = "gs://tseeds-bucket/runs"
+RUN_DIR = f"{RUN_ROOT}/{RUN_ID}"
+GIT_URL = "https://github.com/example/tseeds_jax.git"
+
+GCLOUD_TPU = ("gcloud", "compute", "tpus")
+TPU_VM = (*GCLOUD_TPU, "tpu-vm")
+QUEUED = (*GCLOUD_TPU, "queued-resources")
+WORKER = ("bash", "tseeds-worker.sh")
 
 POISON = """#!/usr/bin/env bash
 echo "poisoned $(basename "$0") called: $*" >&2
@@ -42,41 +54,26 @@ def poisoned_path(tmp_path: Path) -> str:
 
 
 @pytest.fixture
-def config_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tiny.py"
-    path.write_text("def get_config():\n    return None\n")
-    return path
+def files(tmp_path: Path) -> dict[str, str]:
+    config = tmp_path / "tiny.py"
+    config.write_text("def get_config():\n    return None\n")
+    wheel = tmp_path / "tseeds_jax-0.1.0-py3-none-any.whl"
+    wheel.write_bytes(b"not really a wheel")
+    env = tmp_path / "pod.env"
+    env.write_text(f"NAME={NAME}\nZONE=europe-west4-a\nACCELERATOR=v5litepod-16\nSPOT=true\n")
+    return {"config": str(config), "wheel": str(wheel), "wheel_name": wheel.name, "env": str(env)}
 
 
-@pytest.fixture
-def wheel_file(tmp_path: Path) -> Path:
-    path = tmp_path / "tseeds_jax-0.1.0-py3-none-any.whl"
-    path.write_bytes(b"not really a wheel")
-    return path
+def fill(words, files: dict[str, str]) -> list[str]:
+    return [w.format_map(files) for w in words]
 
 
 def run(script: str, *args: str, path: str, extra_env: dict | None = None, timeout: float = 60):
     env = {k: v for k, v in os.environ.items() if k not in ("NAME", "ZONE", "PROJECT")}
     env["PATH"] = path
     env.update(extra_env or {})
-    return subprocess.run(
-        ["bash", str(SCRIPTS / script), *args],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def dry(script: str, *args: str, path: str) -> list[list[str]]:
-    """Runs SCRIPT --dry-run and returns its printed commands, each split into words."""
-    proc = run(script, "--dry-run", *args, path=path)
-    assert proc.returncode == 0, proc.stderr
-    assert "poisoned" not in proc.stderr
-    lines = [line for line in proc.stdout.splitlines() if line.strip()]
-    assert lines, "dry run printed no commands"
-    return [shlex.split(line) for line in lines]
+    return subprocess.run(["bash", str(SCRIPTS / script), *args], capture_output=True, text=True,
+                          env=env, timeout=timeout, check=False)
 
 
 def remote_words(cmd: list[str]) -> list[str]:
@@ -85,349 +82,307 @@ def remote_words(cmd: list[str]) -> list[str]:
     return shlex.split(command.removeprefix("--command="))
 
 
-def index_of(cmds: list[list[str]], *prefix: str, start: int = 0) -> int:
-    for i in range(start, len(cmds)):
-        if cmds[i][: len(prefix)] == list(prefix):
-            return i
-    raise AssertionError(f"no command starting with {prefix} after #{start} in {cmds}")
+def like(actual: str, expected: str) -> bool:
+    """`x*` matches as a prefix, `*x` as a suffix, anything else exactly."""
+    if expected.endswith("*"):
+        return actual.startswith(expected[:-1])
+    if expected.startswith("*"):
+        return actual.endswith(expected[1:])
+    return actual == expected
 
 
-GCLOUD_TPU = ("gcloud", "compute", "tpus")
+@dataclasses.dataclass(frozen=True)
+class Cmd:
+    """Expected fragments of one printed command; `remote*`, `opts` and `after_dashdash` are about
+    the words of its `--command=` (what runs on the workers). `at` and `opts` values go through
+    `like`."""
+
+    prefix: tuple[str, ...] = ()
+    has: tuple[str, ...] = ()
+    no_flag: tuple[str, ...] = ()  # no word starts with one of these
+    at: dict[int, str] = dataclasses.field(default_factory=dict)  # word index -> word
+    words: tuple[str, ...] | None = None  # the whole command
+    remote: tuple[str, ...] = ()  # first remote words
+    remote_is: tuple[str, ...] | None = None  # all remote words
+    opts: dict[str, str] = dataclasses.field(default_factory=dict)  # remote option -> its value
+    remote_has: tuple[str, ...] = ()
+    remote_lacks: tuple[str, ...] = ()
+    after_dashdash: tuple[str, ...] | None = None  # remote words after `--` (trainer overrides)
+
+    def check(self, cmd: list[str], files: dict[str, str]) -> None:
+        where = shlex.join(cmd)
+        assert cmd[: len(self.prefix)] == list(self.prefix), where
+        for w in fill(self.has, files):
+            assert w in cmd, f"{w!r} not in {where}"
+        for p in self.no_flag:
+            assert not any(w.startswith(p) for w in cmd), f"{p!r}... in {where}"
+        for i, w in self.at.items():
+            assert len(cmd) > i and like(cmd[i], w.format_map(files)), f"word {i} != {w!r}: {where}"
+        if self.words is not None:
+            assert cmd == fill(self.words, files)
+        if not (self.remote or self.remote_is or self.opts or self.remote_has or self.remote_lacks
+                or self.after_dashdash):
+            return
+        rw = remote_words(cmd)
+        assert rw[: len(self.remote)] == list(self.remote), rw
+        if self.remote_is is not None:
+            assert rw == list(self.remote_is)
+        for opt, value in self.opts.items():
+            assert like(rw[rw.index(opt) + 1], value.format_map(files)), (opt, value, rw)
+        for w in fill(self.remote_has, files):
+            assert w in rw, (w, rw)
+        for w in self.remote_lacks:
+            assert w not in rw, (w, rw)
+        if self.after_dashdash is not None:
+            assert rw[rw.index("--") + 1 :] == list(self.after_dashdash), rw
+
+    def matches(self, cmd: list[str], files: dict[str, str]) -> bool:
+        try:
+            self.check(cmd, files)
+        except (AssertionError, ValueError):
+            return False
+        return True
 
 
-# ---------------------------------------------------------------------------------------- help
+@dataclasses.dataclass(frozen=True)
+class Dry:
+    """`SCRIPT --dry-run ARGS`: exit 0, no gcloud call, and the printed commands are `cmds`, in
+    order and nothing else; with `scattered` only cmds[0] is fixed (the first command) and the
+    others are found in order by their prefix among other commands."""
+
+    script: str
+    args: tuple[str, ...]
+    cmds: tuple[Cmd, ...]
+    every: Cmd = Cmd()  # holds for every printed command
+    never: tuple[Cmd, ...] = ()  # matches no printed command
+    scattered: bool = False
+    stderr_has: tuple[str, ...] = ()
 
 
-@pytest.mark.parametrize("script", USER_SCRIPTS)
-def test_help(script, poisoned_path):
-    for flag in ("--help", "-h"):
-        proc = run(script, flag, path=poisoned_path)
-        assert proc.returncode == 0, proc.stderr
-        assert proc.stdout.startswith(f"usage: {script}")
-        assert "--dry-run" in proc.stdout and "--zone" in proc.stdout
+def ssh_on_all(remote: tuple[str, ...], **kw) -> Cmd:
+    return Cmd(prefix=(*TPU_VM, "ssh"), has=("--worker=all",), remote=remote, **kw)
 
 
-def test_worker_help(poisoned_path):
-    proc = run("worker.sh", "--help", path=poisoned_path)
-    assert proc.returncode == 0
-    assert "worker.sh start" in proc.stdout and "set -euo" not in proc.stdout
+RELAUNCH = (  # setup.sh (install, verify) then launch.sh --restart with the same run id
+    ssh_on_all((*WORKER, "install")),
+    ssh_on_all((*WORKER, "verify")),
+    ssh_on_all((*WORKER, "start"), remote_has=("--restart",),
+               opts={"--run-id": RUN_ID, "--run-dir": RUN_DIR},
+               after_dashdash=("--config.seeds.ratio=0.5",)),
+)
 
 
-# -------------------------------------------------------------------------------------- create
+NAME_ZONE = ("--name", NAME, "--zone", ZONE)
+LAUNCH = (*NAME_ZONE, "--run-id", RUN_ID, "--run-root", RUN_ROOT, "--config", "{config}")
+GIT = ("--git-url", GIT_URL, "--git-ref", "main")
+BABYSIT = (*NAME_ZONE, "--accelerator", "v4-32", "--spot", *GIT, "--run-id", RUN_ID,
+           "--run-root", RUN_ROOT, "--config", "{config}")
+OVERRIDE = ("--", "--config.seeds.ratio=0.5")
+SETUP_CMDS = (  # copy worker.sh and the wheel, install (verify follows)
+    Cmd(prefix=(*TPU_VM, "scp"), at={5: "*tpu_scripts/worker.sh", 6: f"{NAME}:tseeds-worker.sh"}),
+    Cmd(prefix=(*TPU_VM, "scp"), at={5: "{wheel}", 6: NAME + ":{wheel_name}"}),
+    ssh_on_all((*WORKER, "install"), opts={"--wheel": "{wheel_name}", "--jax-spec": "jax[tpu]*"}),
+)
+GS_WHEEL = "gs://tseeds-bucket/wheels/tseeds_jax-0.1.0-py3-none-any.whl"
 
-
-def test_create_queued_spot(poisoned_path):
-    (cmd,) = dry(
-        "create.sh",
-        "--name",
-        NAME,
-        f"--zone={ZONE}",
-        "--accelerator",
-        "v5p-64",
-        "--spot",
-        "--valid-until-duration",
-        "6h",
-        "--project",
-        "my-project-1",
-        path=poisoned_path,
-    )
-    assert cmd[:6] == [*GCLOUD_TPU, "queued-resources", "create", NAME]
-    for word in (
-        f"--zone={ZONE}",
-        "--project=my-project-1",
-        f"--node-id={NAME}",
-        "--accelerator-type=v5p-64",
-        "--runtime-version=v2-alpha-tpuv5",
-        "--spot",
-        "--valid-until-duration=6h",
-    ):
-        assert word in cmd
-    assert "--reserved" not in cmd
-
-
-def test_create_queued_reserved(poisoned_path):
-    (cmd,) = dry(
-        "create.sh",
-        "--name",
-        NAME,
-        "--zone",
-        ZONE,
-        "--accelerator",
-        "v4-32",
-        "--reserved",
-        path=poisoned_path,
-    )
-    assert cmd[:5] == [*GCLOUD_TPU, "queued-resources", "create"]
-    assert "--reserved" in cmd and "--spot" not in cmd
-    assert "--runtime-version=tpu-ubuntu2204-base" in cmd
-
-
-def test_create_plain_vm(poisoned_path):
-    (cmd,) = dry(
-        "create.sh",
-        "--name",
-        NAME,
-        "--zone",
-        ZONE,
-        "--accelerator",
-        "v6e-8",
-        "--mode",
-        "vm",
-        path=poisoned_path,
-    )
-    assert cmd[:6] == [*GCLOUD_TPU, "tpu-vm", "create", NAME]
-    assert "--accelerator-type=v6e-8" in cmd and "--version=v2-alpha-tpuv6e" in cmd
-    assert not any(w.startswith(("--spot", "--reserved", "--node-id")) for w in cmd)
-
-
-def test_create_best_effort_is_sent_as_spot(poisoned_path):
-    proc = run(
-        "create.sh",
-        "--name",
-        NAME,
-        "--zone",
-        ZONE,
-        "--accelerator",
-        "v5litepod-16",
-        "--best-effort",
-        "--dry-run",
-        path=poisoned_path,
-    )
-    assert proc.returncode == 0, proc.stderr
-    (cmd,) = [shlex.split(line) for line in proc.stdout.splitlines()]
-    assert "--spot" in cmd and "--best-effort" not in cmd
-    assert "--best-effort" in proc.stderr and "legacy" in proc.stderr
-
-
-def test_env_file_defaults_and_command_line_wins(tmp_path, poisoned_path):
-    env_file = tmp_path / "pod.env"
-    env_file.write_text(f"NAME={NAME}\nZONE=europe-west4-a\nACCELERATOR=v5litepod-16\nSPOT=true\n")
-    (cmd,) = dry("create.sh", "--env", str(env_file), "--zone", ZONE, path=poisoned_path)
-    assert NAME in cmd and f"--zone={ZONE}" in cmd and "--spot" in cmd
-    assert "--accelerator-type=v5litepod-16" in cmd
-    assert "--runtime-version=v2-alpha-tpuv5-lite" in cmd
-
-
-# --------------------------------------------------------------------------------------- setup
-
-
-@pytest.mark.parametrize(
-    "accelerator, devices",
+DRY_CASES = [
+    # ---------------------------------------------------------------------------------- create
+    pytest.param(Dry("create.sh", ("--name", NAME, f"--zone={ZONE}", "--accelerator", "v5p-64",
+                                   "--spot", "--valid-until-duration", "6h",
+                                   "--project", "my-project-1"),
+                     (Cmd(prefix=(*QUEUED, "create", NAME),
+                          has=(f"--zone={ZONE}", "--project=my-project-1", f"--node-id={NAME}",
+                               "--accelerator-type=v5p-64", "--runtime-version=v2-alpha-tpuv5",
+                               "--spot", "--valid-until-duration=6h"),
+                          no_flag=("--reserved",)),)), id="create-queued-spot"),
+    pytest.param(Dry("create.sh", (*NAME_ZONE, "--accelerator", "v4-32", "--reserved"),
+                     (Cmd(prefix=(*QUEUED, "create"),
+                          has=("--reserved", "--runtime-version=tpu-ubuntu2204-base"),
+                          no_flag=("--spot",)),)), id="create-queued-reserved"),
+    pytest.param(Dry("create.sh", (*NAME_ZONE, "--accelerator", "v6e-8", "--mode", "vm"),
+                     (Cmd(prefix=(*TPU_VM, "create", NAME),
+                          has=("--accelerator-type=v6e-8", "--version=v2-alpha-tpuv6e"),
+                          no_flag=("--spot", "--reserved", "--node-id")),)), id="create-plain-vm"),
+    pytest.param(Dry("create.sh", (*NAME_ZONE, "--accelerator", "v5litepod-16", "--best-effort"),
+                     (Cmd(has=("--spot",), no_flag=("--best-effort",)),),
+                     stderr_has=("--best-effort", "legacy")), id="create-best-effort-is-spot"),
+    pytest.param(Dry("create.sh", ("--env", "{env}", "--zone", ZONE),  # the command line wins
+                     (Cmd(has=(NAME, f"--zone={ZONE}", "--spot", "--accelerator-type=v5litepod-16",
+                               "--runtime-version=v2-alpha-tpuv5-lite")),)), id="create-env-file"),
+    # ----------------------------------------------------------------------------------- setup
     # jax.device_count() per slice: v4/v5p names count TensorCores (2 per chip, one JAX device per
     # chip), v5e/v6e count chips, v2/v3 expose every core.
-    [("v4-32", 16), ("v5p-64", 32), ("v5litepod-16", 16), ("v6e-8", 8), ("v3-32", 32)],
-)
-def test_setup_all_workers(accelerator, devices, wheel_file, poisoned_path):
-    cmds = dry(
-        "setup.sh",
-        "--name",
-        NAME,
-        "--zone",
-        ZONE,
-        "--accelerator",
-        accelerator,
-        "--wheel",
-        str(wheel_file),
-        path=poisoned_path,
-    )
-    assert all(c[:4] == [*GCLOUD_TPU, "tpu-vm"] and "--worker=all" in c for c in cmds)
-    assert [c[4] for c in cmds] == ["scp", "scp", "ssh", "ssh"]
-    assert cmds[0][5].endswith("tpu_scripts/worker.sh") and cmds[0][6] == f"{NAME}:tseeds-worker.sh"
-    assert cmds[1][5:7] == [str(wheel_file), f"{NAME}:{wheel_file.name}"]
-    install = remote_words(cmds[2])
-    assert install[:3] == ["bash", "tseeds-worker.sh", "install"]
-    assert install[install.index("--wheel") + 1] == wheel_file.name
-    assert install[install.index("--jax-spec") + 1].startswith("jax[tpu]")
-    verify = remote_words(cmds[3])
-    assert verify == ["bash", "tseeds-worker.sh", "verify", "--expected-devices", str(devices)]
+    *(pytest.param(Dry("setup.sh", (*NAME_ZONE, "--accelerator", acc, "--wheel", "{wheel}"),
+                       (*SETUP_CMDS, ssh_on_all((), remote_is=(*WORKER, "verify", "--expected-devices",
+                                                                str(devices)))),
+                       every=Cmd(prefix=TPU_VM, has=("--worker=all",))), id=f"setup-{acc}")
+      for acc, devices in [("v4-32", 16), ("v5p-64", 32), ("v5litepod-16", 16), ("v6e-8", 8),
+                           ("v3-32", 32)]),
+    pytest.param(Dry("setup.sh", (*NAME_ZONE, "--expected-devices", "4", "--git-url", GIT_URL,
+                                  "--git-ref", "v0.1.0", "--jax-spec", "jax[tpu]==0.10.2"),
+                     (Cmd(prefix=(*TPU_VM, "scp")),
+                      ssh_on_all((*WORKER, "install"),
+                                 opts={"--git-ref": "v0.1.0", "--jax-spec": "jax[tpu]==0.10.2"}),
+                      ssh_on_all((*WORKER, "verify")))), id="setup-git-ref"),
+    pytest.param(Dry("setup.sh", (*NAME_ZONE, "--accelerator", "v4-8", "--wheel", GS_WHEEL),
+                     (Cmd(prefix=(*TPU_VM, "scp")),  # each worker fetches the gs:// wheel itself
+                      ssh_on_all((*WORKER, "install"), remote_has=(GS_WHEEL,)),
+                      ssh_on_all((*WORKER, "verify")))), id="setup-gcs-wheel"),
+    # ---------------------------------------------------------------------------------- launch
+    pytest.param(Dry("launch.sh", (*LAUNCH, "--log-dir", "gs://tseeds-logs/pod", "--",
+                                   "--config.seeds.ratio=0.5", "--config.note=two words"),
+                     (Cmd(prefix=(*TPU_VM, "scp")),
+                      Cmd(prefix=(*TPU_VM, "scp"),
+                          at={5: "{config}", 6: f"{NAME}:tseeds_config_exp_42.py"}),
+                      ssh_on_all((*WORKER, "start"),
+                                 opts={"--run-id": RUN_ID, "--run-dir": RUN_DIR,
+                                       "--log-dir": "gs://tseeds-logs/pod",
+                                       "--config": "tseeds_config_exp_42.py"},
+                                 after_dashdash=("--config.seeds.ratio=0.5",
+                                                 "--config.note=two words"))),
+                     every=Cmd(has=("--worker=all",))), id="launch-shared-run-id-gcs-logs"),
+    pytest.param(Dry("launch.sh", (*LAUNCH, "--restart"),
+                     (Cmd(), Cmd(),
+                      Cmd(opts={"--log-dir": f"{RUN_DIR}/logs"}, remote_has=("--restart",),
+                          remote_lacks=("--",)))), id="launch-default-log-dir"),
+    # --------------------------------------------------------------------------------- babysit
+    *(pytest.param(Dry("babysit.sh", (*BABYSIT, "--simulate-state", state, *OVERRIDE),
+                       (Cmd(prefix=(*QUEUED, "describe", NAME)),
+                        Cmd(prefix=(*QUEUED, "delete"), has=("--force",)),
+                        Cmd(prefix=(*QUEUED, "create"), has=("--spot", "--accelerator-type=v4-32")),
+                        *RELAUNCH), scattered=True), id=f"babysit-recovers-{state}")
+      for state in ["PREEMPTED", "SUSPENDED", "FAILED"]),
+    pytest.param(Dry("babysit.sh", ("--mode", "vm", "--simulate-state", "GONE", *BABYSIT, *OVERRIDE),
+                     (Cmd(prefix=(*TPU_VM, "describe")), Cmd(prefix=(*TPU_VM, "create")),
+                      *RELAUNCH),
+                     never=(Cmd(at={4: "delete"}),),  # nothing left to delete
+                     scattered=True), id="babysit-recreates-gone-vm"),
+    pytest.param(Dry("babysit.sh", ("--simulate-state", "WAITING_FOR_RESOURCES", *BABYSIT,
+                                    *OVERRIDE),
+                     (Cmd(prefix=(*QUEUED, "describe")),)), id="babysit-pending-only-looks"),
+    pytest.param(Dry("babysit.sh", (*BABYSIT, *OVERRIDE),
+                     (Cmd(prefix=(*QUEUED, "describe")), Cmd(prefix=(*TPU_VM, "describe")),
+                      Cmd(words=("gcloud", "storage", "cat", f"{RUN_DIR}/logs/worker-*.exitcode")),
+                      # is the trainer alive on worker 0?
+                      Cmd(prefix=(*TPU_VM, "ssh"), has=("--worker=0",),
+                          remote_is=(*WORKER, "status", "--run-id", RUN_ID)))),
+                 id="babysit-healthy-only-looks"),
+    # -------------------------------------------------------------------------------- teardown
+    pytest.param(Dry("teardown.sh", (*NAME_ZONE, "--force"),
+                     (Cmd(prefix=(*QUEUED, "delete", NAME), has=("--force", "--quiet")),)),
+                 id="teardown-force"),
+    pytest.param(Dry("teardown.sh", NAME_ZONE,
+                     (Cmd(prefix=(*TPU_VM, "delete")), Cmd(prefix=(*QUEUED, "delete")))),
+                 id="teardown-queued"),
+    pytest.param(Dry("teardown.sh", (*NAME_ZONE, "--mode", "vm", "--delete-data", RUN_DIR),
+                     (Cmd(prefix=(*TPU_VM, "delete", NAME)),
+                      Cmd(words=("gcloud", "storage", "rm", "--recursive", RUN_DIR)))),
+                 id="teardown-vm-and-data"),
+]
 
 
-def test_setup_from_git_ref_and_gcs_wheel(poisoned_path):
-    cmds = dry(
-        "setup.sh",
-        "--name",
-        NAME,
-        "--zone",
-        ZONE,
-        "--expected-devices",
-        "4",
-        "--git-url",
-        "https://github.com/example/tseeds_jax.git",
-        "--git-ref",
-        "v0.1.0",
-        "--jax-spec",
-        "jax[tpu]==0.10.2",
-        path=poisoned_path,
-    )
-    assert [c[4] for c in cmds] == ["scp", "ssh", "ssh"]
-    install = remote_words(cmds[1])
-    assert install[install.index("--git-ref") + 1] == "v0.1.0"
-    assert install[install.index("--jax-spec") + 1] == "jax[tpu]==0.10.2"
-    cmds = dry(
-        "setup.sh",
-        "--name",
-        NAME,
-        "--zone",
-        ZONE,
-        "--accelerator",
-        "v4-8",
-        "--wheel",
-        "gs://tseeds-bucket/wheels/tseeds_jax-0.1.0-py3-none-any.whl",
-        path=poisoned_path,
-    )
-    assert [c[4] for c in cmds] == ["scp", "ssh", "ssh"]  # each worker fetches the gs:// wheel
-    assert "gs://tseeds-bucket/wheels/tseeds_jax-0.1.0-py3-none-any.whl" in remote_words(cmds[1])
+@pytest.mark.parametrize("case", DRY_CASES)
+def test_dry_run(case: Dry, files, poisoned_path):
+    proc = run(case.script, "--dry-run", *fill(case.args, files), path=poisoned_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "poisoned" not in proc.stderr
+    cmds = [shlex.split(line) for line in proc.stdout.splitlines() if line.strip()]
+    assert cmds, "dry run printed no commands"
+    for word in case.stderr_has:
+        assert word in proc.stderr
+    for cmd in cmds:
+        case.every.check(cmd, files)
+        assert not any(bad.matches(cmd, files) for bad in case.never), cmd
+    if not case.scattered:
+        assert len(cmds) == len(case.cmds), cmds
+        for cmd, want in zip(cmds, case.cmds):
+            want.check(cmd, files)
+        return
+    case.cmds[0].check(cmds[0], files)
+    at = 0
+    for want in case.cmds[1:]:
+        at = next((i for i in range(at + 1, len(cmds)) if want.prefix == tuple(cmds[i][: len(want.prefix)])),
+                  None)
+        assert at is not None, f"no command starting with {want.prefix} in order in {cmds}"
+        want.check(cmds[at], files)
 
 
-# -------------------------------------------------------------------------------------- launch
+# ------------------------------------------------------------------------------------ help
 
 
-def test_launch_shares_run_id_and_logs_to_gcs(config_file, poisoned_path):
-    cmds = dry(
-        "launch.sh",
-        "--name",
-        NAME,
-        "--zone",
-        ZONE,
-        "--run-id",
-        RUN_ID,
-        "--run-root",
-        RUN_ROOT,
-        "--log-dir",
-        "gs://tseeds-logs/pod",
-        "--config",
-        str(config_file),
-        "--",
-        "--config.seeds.ratio=0.5",
-        "--config.note=two words",
-        path=poisoned_path,
-    )
-    assert all("--worker=all" in c for c in cmds)
-    assert [c[4] for c in cmds] == ["scp", "scp", "ssh"]
-    assert cmds[1][5] == str(config_file)
-    start = remote_words(cmds[2])
-    assert start[:3] == ["bash", "tseeds-worker.sh", "start"]
-    assert start[start.index("--run-id") + 1] == RUN_ID
-    assert start[start.index("--run-dir") + 1] == f"{RUN_ROOT}/{RUN_ID}"
-    assert start[start.index("--log-dir") + 1] == "gs://tseeds-logs/pod"
-    assert start[start.index("--config") + 1] == cmds[1][6].split(":", 1)[1]
-    assert start[start.index("--") + 1 :] == ["--config.seeds.ratio=0.5", "--config.note=two words"]
+@pytest.mark.parametrize("script, flag, starts, has, lacks", [
+    *((s, flag, f"usage: {s}", ("--dry-run", "--zone"), ()) for s in USER_SCRIPTS
+      for flag in ("--help", "-h")),
+    ("worker.sh", "--help", "", ("worker.sh start",), ("set -euo",)),
+])
+def test_help(script, flag, starts, has, lacks, poisoned_path):
+    proc = run(script, flag, path=poisoned_path)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith(starts)
+    for word in has:
+        assert word in proc.stdout
+    for word in lacks:
+        assert word not in proc.stdout
 
 
-def test_launch_default_log_dir_under_run_dir(config_file, poisoned_path):
-    cmds = dry(
-        "launch.sh",
-        "--name",
-        NAME,
-        "--zone",
-        ZONE,
-        "--run-id",
-        RUN_ID,
-        "--run-root",
-        RUN_ROOT,
-        "--config",
-        str(config_file),
-        "--restart",
-        path=poisoned_path,
-    )
-    start = remote_words(cmds[-1])
-    assert start[start.index("--log-dir") + 1] == f"{RUN_ROOT}/{RUN_ID}/logs"
-    assert "--restart" in start and "--" not in start
+# ------------------------------------------------------------------------------ bad inputs
 
 
-# ------------------------------------------------------------------------------------- babysit
+def _swap(args: tuple[str, ...], old: str, new: str) -> tuple[str, ...]:
+    return tuple(new if a == old else a for a in args)
 
 
-def babysit_args(config_file: Path) -> list[str]:
-    return [
-        "--name",
-        NAME,
-        "--zone",
-        ZONE,
-        "--accelerator",
-        "v4-32",
-        "--spot",
-        "--git-url",
-        "https://github.com/example/tseeds_jax.git",
-        "--git-ref",
-        "main",
-        "--run-id",
-        RUN_ID,
-        "--run-root",
-        RUN_ROOT,
-        "--config",
-        str(config_file),
-        "--",
-        "--config.seeds.ratio=0.5",
-    ]
+BABY = ("--accelerator", "v4-8", "--git-url", "https://x/y", "--git-ref", "main")
+BOTH, REAL = (False, True), (False,)  # with and without --dry-run; without only
+BAD_CASES = [  # (script, args, the flag the error names, dry-run modes)
+    ("create.sh", ("--name", NAME, "--accelerator", "v4-32"), "--zone", BOTH),
+    ("create.sh", NAME_ZONE, "--accelerator", BOTH),
+    ("create.sh", (*NAME_ZONE, "--accelerator", "v9-8"), "--accelerator", BOTH),
+    ("create.sh", (*NAME_ZONE, "--accelerator", "v4-31"), "--accelerator", BOTH),
+    ("create.sh", ("--name", NAME, "--zone", "us-central2", "--accelerator", "v4-8"), "--zone", BOTH),
+    ("create.sh", ("--name", "Bad_Name", "--zone", ZONE, "--accelerator", "v4-8"), "--name", BOTH),
+    ("create.sh", (*NAME_ZONE, "--accelerator", "v4-8", "--spot", "--reserved"), "--spot", BOTH),
+    ("create.sh", (*NAME_ZONE, "--accelerator", "v4-8", "--mode", "vm", "--valid-until-duration",
+                   "6h"), "--valid-until-duration", BOTH),
+    ("create.sh", (*NAME_ZONE, "--accelerator", "v4-8", "--bogus"), "--bogus", BOTH),
+    ("create.sh", (*NAME_ZONE, "--accelerator"), "--accelerator", BOTH),
+    ("setup.sh", (*NAME_ZONE, "--accelerator", "v4-8"), "--wheel", BOTH),
+    ("setup.sh", (*NAME_ZONE, "--wheel", "/nonexistent/x.whl", "--accelerator", "v4-8"), "--wheel",
+     BOTH),
+    ("setup.sh", (*NAME_ZONE, "--git-url", "https://x/y", "--git-ref", "main"), "--accelerator",
+     BOTH),
+    ("launch.sh", _swap(LAUNCH, RUN_ID, "my run"), "--run-id", BOTH),
+    ("launch.sh", (*LAUNCH, "--log-dir", "/tmp/logs"), "--log-dir", BOTH),
+    ("launch.sh", (*LAUNCH, "--log-dir", "s3://bucket/logs"), "--log-dir", BOTH),
+    ("launch.sh", _swap(LAUNCH, RUN_ROOT, "tseeds-bucket/runs"), "--run-root", BOTH),
+    ("launch.sh", LAUNCH[:-2], "--config", BOTH),
+    ("launch.sh", (*LAUNCH, "--", "seeds.ratio=0.5"), "--config.KEY=VALUE", BOTH),
+    ("teardown.sh", (*NAME_ZONE, "--mode", "vm", "--force"), "--force", BOTH),
+    ("teardown.sh", (*NAME_ZONE, "--delete-data", "/data"), "--delete-data", BOTH),
+    ("babysit.sh", (*LAUNCH, *BABY, "--simulate-state", "EXPLODED"), "--simulate-state", BOTH),
+    ("babysit.sh", (*LAUNCH, *BABY, "--poll-interval", "soon"), "--poll-interval", BOTH),
+    ("babysit.sh", (*_swap(LAUNCH, RUN_ID, "my run"), *BABY), "--run-id", BOTH),
+    ("babysit.sh", (*LAUNCH, "--accelerator", "v4-8"), "--wheel", BOTH),
+    ("babysit.sh", ("--simulate-state", "PREEMPTED", *BABYSIT, *OVERRIDE), "--simulate-state",
+     REAL),  # --simulate-state needs --dry-run
+]
 
 
-def check_relaunch(cmds: list[list[str]], after: int) -> None:
-    """setup (install, verify) then launch with the same run id and --restart, after `after`."""
-    install = index_of(cmds, *GCLOUD_TPU, "tpu-vm", "ssh", start=after)
-    assert remote_words(cmds[install])[2] == "install"
-    verify = index_of(cmds, *GCLOUD_TPU, "tpu-vm", "ssh", start=install + 1)
-    assert remote_words(cmds[verify])[2] == "verify"
-    start_at = index_of(cmds, *GCLOUD_TPU, "tpu-vm", "ssh", start=verify + 1)
-    start = remote_words(cmds[start_at])
-    assert start[2] == "start" and "--restart" in start
-    assert start[start.index("--run-id") + 1] == RUN_ID
-    assert start[start.index("--run-dir") + 1] == f"{RUN_ROOT}/{RUN_ID}"
-    assert start[-1] == "--config.seeds.ratio=0.5"
-    assert all("--worker=all" in c for c in cmds[install:] if c[3:5] == ["tpu-vm", "ssh"])
+@pytest.mark.parametrize("script, args, flag, dry_run", [
+    pytest.param(script, args, flag, dry_run, id=f"{i}-{script}-{flag}{'-dry' if dry_run else ''}")
+    for i, (script, args, flag, modes) in enumerate(BAD_CASES) for dry_run in modes])
+def test_bad_arguments_are_usage_errors(script, args, flag, dry_run, files, poisoned_path):
+    extra = ["--dry-run"] if dry_run else []
+    args = fill(args, files)
+    proc = run(script, *extra, *args, path=poisoned_path)
+    where = f"{script} {shlex.join(extra + args)}"
+    assert proc.returncode == 2, f"{where}: exit {proc.returncode}\n{proc.stderr}"
+    assert flag in proc.stderr, f"{where}: {proc.stderr!r} does not name {flag}"
+    assert proc.stdout == "", f"{where}: printed commands despite the error"
+    assert "poisoned" not in proc.stderr
 
 
-@pytest.mark.parametrize("state", ["PREEMPTED", "SUSPENDED", "FAILED"])
-def test_babysit_recovers_preempted_queued_resource(state, config_file, poisoned_path):
-    cmds = dry(
-        "babysit.sh",
-        *babysit_args(config_file)[:-2],
-        "--simulate-state",
-        state,
-        "--",
-        "--config.seeds.ratio=0.5",
-        path=poisoned_path,
-    )
-    assert cmds[0][:6] == [*GCLOUD_TPU, "queued-resources", "describe", NAME]
-    delete = index_of(cmds, *GCLOUD_TPU, "queued-resources", "delete")
-    assert "--force" in cmds[delete]
-    create = index_of(cmds, *GCLOUD_TPU, "queued-resources", "create", start=delete + 1)
-    assert "--spot" in cmds[create] and "--accelerator-type=v4-32" in cmds[create]
-    check_relaunch(cmds, create + 1)
-
-
-def test_babysit_recreates_a_vm_that_is_gone(config_file, poisoned_path):
-    cmds = dry(
-        "babysit.sh",
-        "--mode",
-        "vm",
-        "--simulate-state",
-        "GONE",
-        *babysit_args(config_file),
-        path=poisoned_path,
-    )
-    assert not any(c[4:5] == ["delete"] for c in cmds)  # nothing left to delete
-    create = index_of(cmds, *GCLOUD_TPU, "tpu-vm", "create")
-    check_relaunch(cmds, create + 1)
-
-
-def test_babysit_healthy_and_pending_only_look(config_file, poisoned_path):
-    cmds = dry(
-        "babysit.sh",
-        "--simulate-state",
-        "WAITING_FOR_RESOURCES",
-        *babysit_args(config_file),
-        path=poisoned_path,
-    )
-    assert [c[3:5] for c in cmds] == [["queued-resources", "describe"]]
-    cmds = dry("babysit.sh", *babysit_args(config_file), path=poisoned_path)
-    assert [c[3:5] for c in cmds[:2]] == [["queued-resources", "describe"], ["tpu-vm", "describe"]]
-    assert cmds[2] == ["gcloud", "storage", "cat", f"{RUN_ROOT}/{RUN_ID}/logs/worker-*.exitcode"]
-    probe = cmds[3]  # is the trainer alive on worker 0?
-    assert probe[3:5] == ["tpu-vm", "ssh"] and "--worker=0" in probe
-    assert remote_words(probe) == ["bash", "tseeds-worker.sh", "status", "--run-id", RUN_ID]
-    assert len(cmds) == 4
-
+# ---------------------------------------------------------- babysit.sh against a fake gcloud
 
 FAKE_GCLOUD = r"""#!/usr/bin/env bash
 # Fake gcloud for the babysitter: a queued resource whose state lives in $FAKE_DIR/qr.
@@ -449,252 +404,55 @@ case "$1 $2 $3 $4" in
 esac
 """
 
+LOOK = ("queued-resources describe", "tpu-vm describe", "storage cat", "tpu-vm ssh")  # + probe
+SETUP_LAUNCH = ("tpu-vm scp", "tpu-vm ssh", "tpu-vm ssh",  # setup
+                "tpu-vm scp", "tpu-vm scp", "tpu-vm ssh")  # launch
+RELAUNCHED = Cmd(remote=(*WORKER, "start"), opts={"--run-id": RUN_ID}, remote_has=("--restart",))
+
 
 def fake_verb(call: list[str]) -> str:
     """'queued-resources describe', 'tpu-vm ssh', 'storage cat' (the fake logs argv sans gcloud)."""
     return " ".join(call[2:4] if call[0] == "compute" else call[:2])
 
 
-def test_babysit_real_path_with_fake_gcloud(tmp_path, config_file):
-    """Without --dry-run: a SUSPENDED queued resource is deleted, re-created, set up, relaunched."""
-    fake = tmp_path / "fake"
-    (fake / "bin").mkdir(parents=True)
-    gcloud = fake / "bin" / "gcloud"
-    gcloud.write_text(FAKE_GCLOUD)
-    gcloud.chmod(0o755)
-    (fake / "qr").write_text("SUSPENDED\n")
-    proc = run(
-        "babysit.sh",
-        "--once",
-        "--poll-interval",
-        "1",
-        *babysit_args(config_file),
-        path=f"{fake / 'bin'}{os.pathsep}{os.environ['PATH']}",
-        extra_env={"FAKE_DIR": str(fake)},
-    )
-    assert proc.returncode == 0, proc.stderr
-    calls = [shlex.split(line) for line in (fake / "calls").read_text().splitlines()]
-    verbs = [fake_verb(c) for c in calls]
-    assert verbs == [
-        "queued-resources describe",
-        "queued-resources delete",
-        "queued-resources create",
-        "queued-resources describe",
-        "tpu-vm describe",
-        "tpu-vm scp",
-        "tpu-vm ssh",
-        "tpu-vm ssh",  # setup
-        "tpu-vm scp",
-        "tpu-vm scp",
-        "tpu-vm ssh",  # launch
-    ]
-    start = remote_words(calls[-1])
-    assert start[start.index("--run-id") + 1] == RUN_ID and "--restart" in start
-    assert (fake / "qr").read_text().strip() == "ACTIVE"
-
-
-def test_babysit_relaunches_when_the_trainer_is_not_running(tmp_path, config_file):
-    """A healthy slice without the trainer (e.g. rebooted): setup and launch, no re-create."""
-    fake = tmp_path / "fake"
-    (fake / "bin").mkdir(parents=True)
-    gcloud = fake / "bin" / "gcloud"
-    gcloud.write_text(FAKE_GCLOUD)
-    gcloud.chmod(0o755)
-    (fake / "qr").write_text("ACTIVE\n")
-    proc = run(
-        "babysit.sh",
-        "--once",
-        *babysit_args(config_file),
-        path=f"{fake / 'bin'}{os.pathsep}{os.environ['PATH']}",
-        extra_env={"FAKE_DIR": str(fake), "FAKE_PROBE_RC": "3"},
-    )
-    assert proc.returncode == 0, proc.stderr
-    calls = [shlex.split(line) for line in (fake / "calls").read_text().splitlines()]
-    verbs = [fake_verb(c) for c in calls]
-    assert verbs == [
-        "queued-resources describe",
-        "tpu-vm describe",
-        "storage cat",
-        "tpu-vm ssh",  # probe
-        "tpu-vm scp",
-        "tpu-vm ssh",
-        "tpu-vm ssh",  # setup
-        "tpu-vm scp",
-        "tpu-vm scp",
-        "tpu-vm ssh",  # launch
-    ]
-    start = remote_words(calls[-1])
-    assert start[start.index("--run-id") + 1] == RUN_ID and "--restart" in start
+@pytest.mark.parametrize("state, args, env, rc, verbs, stderr_has, state_after", [
+    pytest.param("SUSPENDED", ("--poll-interval", "1"), {}, 0,
+                 ("queued-resources describe", "queued-resources delete", "queued-resources create",
+                  "queued-resources describe", "tpu-vm describe", *SETUP_LAUNCH), (), "ACTIVE",
+                 id="recovers-suspended"),
+    # a healthy slice without the trainer (e.g. rebooted): setup and launch, no re-create
+    pytest.param("ACTIVE", (), {"FAKE_PROBE_RC": "3"}, 0, (*LOOK, *SETUP_LAUNCH), (), "ACTIVE",
+                 id="relaunches-stopped-trainer"),
     # an ssh failure (255) is not taken for "not running": nothing is relaunched
-    (fake / "calls").unlink()
-    proc = run(
-        "babysit.sh",
-        "--once",
-        *babysit_args(config_file),
-        path=f"{fake / 'bin'}{os.pathsep}{os.environ['PATH']}",
-        extra_env={"FAKE_DIR": str(fake), "FAKE_PROBE_RC": "255"},
-    )
-    assert proc.returncode == 0, proc.stderr
-    assert len((fake / "calls").read_text().splitlines()) == 4
-
-
-def test_babysit_gives_up_after_max_retries(tmp_path, config_file):
+    pytest.param("ACTIVE", (), {"FAKE_PROBE_RC": "255"}, 0, LOOK, (), "ACTIVE",
+                 id="ssh-failure-is-not-stopped"),
+    pytest.param("PREEMPTED", ("--max-retries", "0"), {}, 1, None, ("--max-retries",), "PREEMPTED",
+                 id="gives-up-after-max-retries"),
+])
+def test_babysit_with_fake_gcloud(state, args, env, rc, verbs, stderr_has, state_after, tmp_path,
+                                  files):
+    """Without --dry-run, one poll (--once) of a queued resource in `state`."""
     fake = tmp_path / "fake"
     (fake / "bin").mkdir(parents=True)
     gcloud = fake / "bin" / "gcloud"
     gcloud.write_text(FAKE_GCLOUD)
     gcloud.chmod(0o755)
-    (fake / "qr").write_text("PREEMPTED\n")
-    proc = run(
-        "babysit.sh",
-        "--once",
-        "--max-retries",
-        "0",
-        *babysit_args(config_file),
-        path=f"{fake / 'bin'}{os.pathsep}{os.environ['PATH']}",
-        extra_env={"FAKE_DIR": str(fake)},
-    )
-    assert proc.returncode == 1
-    assert "--max-retries" in proc.stderr
-    assert (fake / "qr").read_text().strip() == "PREEMPTED"  # untouched
+    (fake / "qr").write_text(f"{state}\n")
+    proc = run("babysit.sh", "--once", *args, *fill(BABYSIT, files), *OVERRIDE,
+               path=f"{fake / 'bin'}{os.pathsep}{os.environ['PATH']}",
+               extra_env={"FAKE_DIR": str(fake), **env})
+    assert proc.returncode == rc, proc.stderr
+    for word in stderr_has:
+        assert word in proc.stderr
+    calls = [shlex.split(line) for line in (fake / "calls").read_text().splitlines()]
+    if verbs is not None:
+        assert [fake_verb(c) for c in calls] == list(verbs)
+        if verbs[-len(SETUP_LAUNCH):] == SETUP_LAUNCH:
+            RELAUNCHED.check(calls[-1], files)
+    assert (fake / "qr").read_text().strip() == state_after
 
 
-# ------------------------------------------------------------------------------------ teardown
-
-
-def test_teardown(poisoned_path):
-    (cmd,) = dry("teardown.sh", "--name", NAME, "--zone", ZONE, "--force", path=poisoned_path)
-    assert cmd[:6] == [*GCLOUD_TPU, "queued-resources", "delete", NAME]
-    assert "--force" in cmd and "--quiet" in cmd
-    cmds = dry("teardown.sh", "--name", NAME, "--zone", ZONE, path=poisoned_path)
-    assert [c[3:5] for c in cmds] == [["tpu-vm", "delete"], ["queued-resources", "delete"]]
-    cmds = dry(
-        "teardown.sh",
-        "--name",
-        NAME,
-        "--zone",
-        ZONE,
-        "--mode",
-        "vm",
-        "--delete-data",
-        f"{RUN_ROOT}/{RUN_ID}",
-        path=poisoned_path,
-    )
-    assert cmds[0][:6] == [*GCLOUD_TPU, "tpu-vm", "delete", NAME]
-    assert cmds[1] == ["gcloud", "storage", "rm", "--recursive", f"{RUN_ROOT}/{RUN_ID}"]
-
-
-# ---------------------------------------------------------------------------------- bad inputs
-
-
-def _bad_cases(config: str) -> list[tuple[str, list[str], str]]:
-    launch = ["--name", NAME, "--zone", ZONE, "--run-id", RUN_ID, "--run-root", RUN_ROOT, "--config", config]
-    return [
-        ("create.sh", ["--name", NAME, "--accelerator", "v4-32"], "--zone"),
-        ("create.sh", ["--name", NAME, "--zone", ZONE], "--accelerator"),
-        ("create.sh", ["--name", NAME, "--zone", ZONE, "--accelerator", "v9-8"], "--accelerator"),
-        ("create.sh", ["--name", NAME, "--zone", ZONE, "--accelerator", "v4-31"], "--accelerator"),
-        ("create.sh", ["--name", NAME, "--zone", "us-central2", "--accelerator", "v4-8"], "--zone"),
-        ("create.sh", ["--name", "Bad_Name", "--zone", ZONE, "--accelerator", "v4-8"], "--name"),
-        (
-            "create.sh",
-            ["--name", NAME, "--zone", ZONE, "--accelerator", "v4-8", "--spot", "--reserved"],
-            "--spot",
-        ),
-        (
-            "create.sh",
-            [
-                "--name",
-                NAME,
-                "--zone",
-                ZONE,
-                "--accelerator",
-                "v4-8",
-                "--mode",
-                "vm",
-                "--valid-until-duration",
-                "6h",
-            ],
-            "--valid-until-duration",
-        ),
-        ("create.sh", ["--name", NAME, "--zone", ZONE, "--accelerator", "v4-8", "--bogus"], "--bogus"),
-        ("create.sh", ["--name", NAME, "--zone", ZONE, "--accelerator"], "--accelerator"),
-        ("setup.sh", ["--name", NAME, "--zone", ZONE, "--accelerator", "v4-8"], "--wheel"),
-        (
-            "setup.sh",
-            ["--name", NAME, "--zone", ZONE, "--wheel", "/nonexistent/x.whl", "--accelerator", "v4-8"],
-            "--wheel",
-        ),
-        (
-            "setup.sh",
-            ["--name", NAME, "--zone", ZONE, "--git-url", "https://x/y", "--git-ref", "main"],
-            "--accelerator",
-        ),
-        ("launch.sh", [a if a != RUN_ID else "my run" for a in launch], "--run-id"),
-        ("launch.sh", launch + ["--log-dir", "/tmp/logs"], "--log-dir"),
-        ("launch.sh", launch + ["--log-dir", "s3://bucket/logs"], "--log-dir"),
-        ("launch.sh", [a if a != RUN_ROOT else "tseeds-bucket/runs" for a in launch], "--run-root"),
-        ("launch.sh", launch[:-2], "--config"),
-        ("launch.sh", launch + ["--", "seeds.ratio=0.5"], "--config.KEY=VALUE"),
-        ("teardown.sh", ["--name", NAME, "--zone", ZONE, "--mode", "vm", "--force"], "--force"),
-        ("teardown.sh", ["--name", NAME, "--zone", ZONE, "--delete-data", "/data"], "--delete-data"),
-        (
-            "babysit.sh",
-            launch
-            + [
-                "--accelerator",
-                "v4-8",
-                "--git-url",
-                "https://x/y",
-                "--git-ref",
-                "main",
-                "--simulate-state",
-                "EXPLODED",
-            ],
-            "--simulate-state",
-        ),
-        (
-            "babysit.sh",
-            launch
-            + [
-                "--accelerator",
-                "v4-8",
-                "--git-url",
-                "https://x/y",
-                "--git-ref",
-                "main",
-                "--poll-interval",
-                "soon",
-            ],
-            "--poll-interval",
-        ),
-        (
-            "babysit.sh",
-            [a if a != RUN_ID else "my run" for a in launch]
-            + ["--accelerator", "v4-8", "--git-url", "https://x/y", "--git-ref", "main"],
-            "--run-id",
-        ),
-        ("babysit.sh", launch + ["--accelerator", "v4-8"], "--wheel"),
-    ]
-
-
-def test_simulate_state_needs_dry_run(config_file, poisoned_path):
-    proc = run("babysit.sh", "--simulate-state", "PREEMPTED", *babysit_args(config_file), path=poisoned_path)
-    assert proc.returncode == 2 and "--simulate-state" in proc.stderr and proc.stdout == ""
-
-
-def test_bad_arguments_are_usage_errors(config_file, poisoned_path):
-    for script, args, flag in _bad_cases(str(config_file)):
-        for extra in ([], ["--dry-run"]):
-            proc = run(script, *extra, *args, path=poisoned_path)
-            where = f"{script} {shlex.join(extra + args)}"
-            assert proc.returncode == 2, f"{where}: exit {proc.returncode}\n{proc.stderr}"
-            assert flag in proc.stderr, f"{where}: {proc.stderr!r} does not name {flag}"
-            assert proc.stdout == "", f"{where}: printed commands despite the error"
-            assert "poisoned" not in proc.stderr
-
-
-# ---------------------------------------------------------------------------------- shellcheck
+# ------------------------------------------------------------------------------ shellcheck
 
 
 def test_shellcheck_clean():
@@ -704,14 +462,8 @@ def test_shellcheck_clean():
     scripts = sorted(SCRIPTS.glob("*.sh"))
     assert {p.name for p in scripts} >= {*USER_SCRIPTS, "lib.sh", "worker.sh"}
     # -x follows `source lib.sh`; tpu_scripts/.shellcheckrc says the same for plain runs.
-    proc = subprocess.run(
-        [exe, "-x", "--severity=style", *map(str, scripts)],
-        cwd=SCRIPTS,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
+    proc = subprocess.run([exe, "-x", "--severity=style", *map(str, scripts)], cwd=SCRIPTS,
+                          capture_output=True, text=True, check=False, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
 
@@ -725,7 +477,7 @@ def test_no_unjustified_shellcheck_disables():
                 assert justified, f"{script.name}:{i + 1}: disable without a reason"
 
 
-# ------------------------------------------------------------------------ worker.sh, run locally
+# -------------------------------------------------------------------- worker.sh, run locally
 
 FAKE_STORAGE = r"""#!/usr/bin/env bash
 # Fake `gcloud storage cp|rm`: gs://X is $FAKE_GCS/X.
@@ -765,46 +517,24 @@ def test_worker_start_runs_trainer_in_background_with_shared_run_id(tmp_path):
     (bindir / "gcloud").chmod(0o755)
     gcs = tmp_path / "gcs"
     log_dir = "gs://tseeds-logs/runs/exp-42/logs"
-    for worker, rc in ((0, 0), (1, 3)):
-        env = {
-            "HOME": str(home),
-            "FAKE_GCS": str(gcs),
-            "TSEEDS_WORKER_ID": str(worker),
-            "TSEEDS_HOME": str(home / f"state{worker}"),
-            "FAKE_RC": str(rc),
-        }
-        proc = run(
-            "worker.sh",
-            "start",
-            "--run-id",
-            RUN_ID,
-            "--run-dir",
-            f"{RUN_ROOT}/{RUN_ID}",
-            "--log-dir",
-            log_dir,
-            "--attempt",
-            "a1",
-            "--config",
-            "cfg.py",
-            "--venv",
-            str(home / "venv"),
-            "--",
-            "--config.seeds.ratio=0.5",
-            path=f"{bindir}{os.pathsep}{os.environ['PATH']}",
-            extra_env=env,
-            timeout=30,
-        )
+    workers = ((0, 0), (1, 3))  # (worker id, the trainer's exit code)
+    for worker, rc in workers:
+        env = {"HOME": str(home), "FAKE_GCS": str(gcs), "TSEEDS_WORKER_ID": str(worker),
+               "TSEEDS_HOME": str(home / f"state{worker}"), "FAKE_RC": str(rc)}
+        proc = run("worker.sh", "start", "--run-id", RUN_ID, "--run-dir", RUN_DIR,
+                   "--log-dir", log_dir, "--attempt", "a1", "--config", "cfg.py",
+                   "--venv", str(home / "venv"), *OVERRIDE,
+                   path=f"{bindir}{os.pathsep}{os.environ['PATH']}", extra_env=env, timeout=30)
         assert proc.returncode == 0, proc.stderr
     logs = gcs / "tseeds-logs/runs/exp-42/logs"
     deadline = time.monotonic() + 20
-    while time.monotonic() < deadline and not all((logs / f"worker-{w}.exitcode").exists() for w in (0, 1)):
+    while time.monotonic() < deadline and not all((logs / f"worker-{w}.exitcode").exists()
+                                                  for w, _ in workers):
         time.sleep(0.1)
-    for worker, rc in ((0, 0), (1, 3)):
+    for worker, rc in workers:
         assert (logs / f"worker-{worker}.exitcode").read_text().strip() == str(rc)
         log = (logs / "a1" / f"worker-{worker}.log").read_text()
         assert f"env: run_id={RUN_ID} worker={worker}" in log
-        assert (
-            f"argv: train --config {home / 'cfg.py'} --config.run_dir={RUN_ROOT}/{RUN_ID} "
-            "--config.seeds.ratio=0.5"
-        ) in log
+        assert (f"argv: train --config {home / 'cfg.py'} --config.run_dir={RUN_DIR} "
+                "--config.seeds.ratio=0.5") in log
         assert "a line on stderr" in log and f"train exited with code {rc}" in log

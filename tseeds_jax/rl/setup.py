@@ -2,50 +2,73 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any
 
 import numpy as np
 from flax import nnx
 
+from tseeds_jax.data.loader import ExampleLoader
 from tseeds_jax.model import ModelConfig, init_model
 from tseeds_jax.rl.config import ConfigValueError, TrainConfig
 from tseeds_jax.rl.trainer import TrainEnv
 
+log = logging.getLogger(__name__)
+
 
 class PromptStream:
-    """Prompts in a fixed, seeded order from an indexable source; its state is one integer.
+    """The trainer's prompts: `take(n)` encodes the next n prompts of a `data.ExampleLoader`.
 
-    Over-long prompts are skipped (and counted) so that every drawn prompt fits the prompt width.
+    The stream is global: every host draws the same batches (the trainer keeps its own slice,
+    `Trainer._local`), so the loader runs as one process. The order is reshuffled every epoch from
+    `seed`; `get_state()` / `set_state()` resume it exactly. Over-long prompts are skipped (and
+    counted) so that every drawn prompt fits the prompt width.
     """
 
     def __init__(self, source, encode, max_prompt_len: int, *, seed: int):
-        self.source, self.encode, self.max_len = source, encode, max_prompt_len
-        self.order = np.random.default_rng([seed, 0xDA7A]).permutation(len(source))
-        self.position = 0
+        self.encode, self.max_len = encode, max_prompt_len
+        # Its own random stream: the loader's [seed, epoch] would reuse streams drawn from [seed, k].
+        order_seed = int(np.random.SeedSequence([seed, 0xDA7A]).generate_state(1)[0])
+        self.loader = ExampleLoader(source, batch_size=1, seed=order_seed, process_index=0,
+                                    process_count=1)
         self.skipped = 0
 
-    def take(self, n: int):
-        prompts, refs = [], []
+    def take(self, n: int) -> tuple[list[list[int]], list[Any]]:
+        prompts, refs, in_a_row = [], [], 0
+        # Skips in a row over two epochs' worth cover a whole epoch: no prompt fits. 1000 bounds
+        # the wait on big sources.
+        limit = min(1000, 2 * self.loader.num_examples_per_epoch)
         while len(prompts) < n:
-            idx = int(self.order[self.position % len(self.order)])
-            self.position += 1
-            ex = self.source[idx]
+            (ex,) = next(self.loader)
             ids = self.encode(ex["prompt"])
             if len(ids) > self.max_len:
+                if not self.skipped:
+                    log.warning("data: skipping prompts longer than data.max_prompt_len=%d tokens "
+                                "(first: %d tokens, id %s)", self.max_len, len(ids), ex.get("id"))
                 self.skipped += 1
-                if self.skipped > 1000 and not prompts:
-                    raise ValueError(f"data: every prompt exceeds data.max_prompt_len={self.max_len}")
+                in_a_row += 1
+                if in_a_row >= limit:
+                    raise ValueError(f"data: the last {in_a_row} prompts drawn all exceed "
+                                     f"data.max_prompt_len={self.max_len}")
                 continue
+            in_a_row = 0
             prompts.append(ids)
             refs.append(ex["reference"])
         return prompts, refs
 
-    def get_state(self) -> dict[str, int]:
-        return {"position": self.position, "skipped": self.skipped}
+    def get_state(self) -> dict[str, Any]:
+        return {**self.loader.get_state(), "skipped": self.skipped}
 
     def set_state(self, state: dict[str, Any]) -> None:
-        self.position, self.skipped = int(state["position"]), int(state["skipped"])
+        state = dict(state)
+        self.skipped = int(state.pop("skipped", 0))
+        if "version" not in state:  # {"position": p} from before the loader: its order is gone
+            epoch, position = divmod(int(state["position"]), self.loader.num_examples_per_epoch)
+            log.warning("data: the checkpoint predates the per-epoch data order; resuming at "
+                        "epoch %d, offset %d of the new order", epoch, position)
+            state = {**self.loader.get_state(), "epoch": epoch, "position": position}
+        self.loader.set_state(state)
 
 
 def build_source(cfg: TrainConfig):
