@@ -129,3 +129,69 @@ def test_cli_prints_fit_table_for_paper_configs(path, capsys):
             assert term in out
         if rc == 1:
             assert "single changes, ranked" in out
+
+
+def _term(p, name, phase=None):
+    return next(t for t in p.terms if t.name == name and (phase is None or t.phase == phase))
+
+
+def test_stats_rows_follow_the_trainers_micro_batches():
+    # Refresh of T=8: the statistics pass sees 7 batches x 16 sequences; Trainer._stats runs
+    # micro_batch_size rows per forward (all of them when 0).
+    seeded = dict(refresh_interval=8)
+    whole = plan.estimate(_workload(**seeded))
+    micro = plan.estimate(_workload(micro_batch_size=4, **seeded))
+    forced = plan.estimate(_workload(stats_rows=4, **seeded))
+    assert "112 sequences" in _term(whole, "forward of the batch").note
+    assert _term(micro, "forward of the batch").bytes == _term(forced, "forward of the batch").bytes
+    assert _term(micro, "forward of the batch").bytes < _term(whole, "forward of the batch").bytes
+    # Sharded over data x fsdp = 4: a chunk of 2 rounds up to one sequence per device.
+    sh4 = plan.estimate(_workload(micro_batch_size=2, mesh=(1, 4, 1), sampler_placement="sharded",
+                                  **seeded))
+    assert _term(sh4, "forward of the batch").note.startswith("1 sequences per device")
+    # The rl/plugins.py passes (old log-probs recompute, stale, SIS top-K) take a whole batch.
+    plug = plan.estimate(_workload(micro_batch_size=4, stats_whole_batch=True))
+    assert _term(plug, "forward of the batch").note.startswith("16 sequences")
+
+
+def test_sampler_placements():
+    w = _workload(mesh=(1, 4, 1), devices_per_host=4, refresh_interval=4, sampler_slots=6,
+                  micro_batch_size=4)
+    rep = plan.estimate(w)
+    shd = plan.estimate(w.replace(sampler_placement="sharded"))
+    lay = plan.param_layout(TINY, (1, 4, 1))
+    # replica: a full copy on one device; sharded: the learner's shards as they are (float32).
+    assert _term(rep, "sampler parameters").bytes == lay.total * 4
+    assert not any(t.name == "sampler parameters" for t in shd.terms)
+    assert _term(rep, "parameter replica", "stats").bytes == lay.total * 4
+    # 6 slots round up to 8 = 2 per device; the replica holds all 6.
+    s = plan.cache_bucket(16 + 48)
+    assert _term(rep, "KV cache").bytes == 6 * s * 2 * 2 * 2 * 16 * 4
+    assert _term(shd, "KV cache").bytes == 2 * s * 2 * 2 * 2 * 16 * 4
+    assert shd.phase_total("sampler") < rep.phase_total("sampler")
+    assert not shd.warnings
+    # Replica default slots: a refresh samples the T-1 seeded batches in one call.
+    dflt = plan.estimate(w.replace(sampler_slots=0))
+    assert _term(dflt, "KV cache").note.startswith("64 slots")  # pow2(3 x 16)
+    # Multi-host sharded sampling is not wired up in the trainer: the plan says so.
+    multi = plan.estimate(w.replace(sampler_placement="sharded", devices_per_host=2))
+    assert any("single-host" in x for x in multi.warnings)
+
+
+def test_sampler_placement_from_config_and_flag(tmp_path, capsys):
+    cfg = tmp_path / "c.py"
+    cfg.write_text("from tseeds_jax.rl.config import tiny_config\n"
+                   "def get_config():\n    c = tiny_config()\n    c.model.arch.vocab_size = 64\n"
+                   "    c.seeds.refresh_interval = 4\n    c.hardware.sampler_placement = 'sharded'\n"
+                   "    return c\n")
+    base = ["--config", str(cfg), "--hbm-gib", "16", "--num-devices", "8", "--json"]
+
+    def terms(*extra):
+        assert plan_cli.main(base + list(extra)) == 0
+        return {t["name"] for t in json.loads(capsys.readouterr().out)["terms"]}
+
+    assert "parameter replica" not in terms()
+    assert "parameter replica" in terms("--sampler-placement", "replica")
+    assert "parameter replica" in terms("--config.hardware.sampler_placement=replica")
+    assert plan_cli.main(base + ["--config.hardware.sampler_placement=gathered"]) == 2
+    assert "sampler_placement='gathered'" in capsys.readouterr().err

@@ -1,4 +1,4 @@
-"""The planner's learner-step estimate against XLA's compiled memory analysis of the real update.
+"""The planner's learner-step and sharded-sampler estimates against XLA's compiled memory analysis.
 
 Compared quantity: XLA's footprint of the learner's jitted update = argument + output - alias +
 temp bytes of `learner._update.lower(...).compile().memory_analysis()` (train state and batch in,
@@ -44,3 +44,32 @@ def test_learner_step_estimate_within_20_percent_of_xla():
     # Remat must show in both: the measured saving and the planned one agree in sign and size.
     (_, x0, e0, _), (_, x1, e1, _) = rows[0], rows[1]
     assert x1 < x0 and e1 < e0, report
+
+
+# The sharded sampler's decode call (`core.run_chunk`, parameters sharded by the rules table, the
+# decode state placed as the driver places it) on 8 emulated CPU devices: XLA's per-device
+# footprint against `plan.sampler_decode_bytes` (parameter shards + KV cache + one gathered layer
+# + the step's working set and output buffers). float32 only: XLA:CPU computes bfloat16 dots in
+# float32 and keeps float32 copies of the weights, which TPU / GPU do not.
+SAMPLER_CASES = [
+    dict(kind="sampler", mesh=[1, 8, 1]),
+    dict(kind="sampler", mesh=[2, 2, 2]),
+    dict(kind="sampler", mesh=[1, 2, 4], num_attention_heads=8, num_key_value_heads=4),
+    dict(kind="sampler", mesh=[1, 4, 2], num_hidden_layers=4),
+    dict(kind="sampler", mesh=[1, 8, 1], slots=128, intermediate_size=1536),
+    dict(kind="sampler", mesh=[2, 4, 1], response_len=480, num_hidden_layers=4),
+]
+
+
+@pytest.mark.slow
+def test_sharded_sampler_decode_estimate_within_20_percent_of_xla():
+    measured = xla_measure.measure_in_subprocess(SAMPLER_CASES, devices=8)
+    assert len(measured) == len(SAMPLER_CASES)
+    rows = []
+    for case, m in zip(SAMPLER_CASES, measured):
+        est = plan.sampler_decode_bytes(xla_measure.sampler_workload_for_case(case))
+        rows.append((case, m["footprint"], est, est / m["footprint"]))
+    report = "\n".join(f"{c}: xla {x / 2**20:.2f} MiB, plan {e / 2**20:.2f} MiB, ratio {r:.3f}"
+                       for c, x, e, r in rows)
+    for _, _, _, ratio in rows:
+        assert abs(ratio - 1) <= TOLERANCE, report

@@ -18,6 +18,7 @@ TRUNCATIONS = ("ratio", "entropy")
 VARIANTS = ("state+action", "state")
 OLD_LOGP_MODES = ("auto", "shortcut", "recompute")
 OFFPOLICY_MISSING = ("error", "on_policy")
+SAMPLER_PLACEMENTS = ("replica", "sharded")
 
 
 class ConfigValueError(ValueError):
@@ -121,6 +122,10 @@ def default_config() -> ml_collections.ConfigDict:
     c.hardware.hbm_gib_per_device = 0.0  # 0: from the accelerator table (v5p 95, H100 80, ...)
     c.hardware.num_devices = 0  # 0: from the accelerator name (at run time: jax.device_count())
     c.hardware.sampler_slots = 0  # concurrent decode slots; 0: the sampler's default (<= 256)
+    # Where sampling and the per-sequence statistics run: "replica" (a full parameter copy on one
+    # device per host) or "sharded" (the learner's sharded parameters and the whole mesh;
+    # single-host meshes). See docs/scale.md.
+    c.hardware.sampler_placement = "replica"
 
     c.checkpoint_every = 0  # 0: only at exit
     c.keep_checkpoints = 2
@@ -232,6 +237,7 @@ class HardwareConfig:
     hbm_gib_per_device: float = 0.0
     num_devices: int = 0
     sampler_slots: int = 0
+    sampler_placement: str = "replica"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -417,6 +423,8 @@ class TrainConfig:
             v = getattr(hw, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 bad(name, v, "must be an integer >= 0 (0: automatic)")
+        if hw.sampler_placement not in SAMPLER_PLACEMENTS:
+            bad("sampler_placement", hw.sampler_placement, f"known: {SAMPLER_PLACEMENTS}")
         if hw.accelerator:
             from tseeds_jax.scale.hardware import parse_accelerator  # local; imports no JAX
 

@@ -3,7 +3,9 @@
 JAX's own multi-host SPMD: every process runs the same program; each owns a contiguous slice of
 every batch (prompts, rollouts, rewards stay on their host), and only the learner update sees the
 global batch, as one array sharded over the mesh's batch axes. Sampling and the learner's
-per-sequence statistics run on a host-local replica of the parameters.
+per-sequence statistics run on a host-local replica of the parameters
+(`hardware.sampler_placement="replica"`), or on the learner's sharded parameters over the whole
+mesh ("sharded"; single-host meshes only, see `sampler_params`).
 """
 
 from __future__ import annotations
@@ -77,6 +79,30 @@ def local_replica(tree, device=None):
         return jax.device_put(x, device)
 
     return jax.tree_util.tree_map(one, tree)
+
+
+def check_sampler_placement(placement: str, hosts: Hosts) -> None:
+    """Raises ConfigValueError when `placement` cannot run on this process layout."""
+    from tseeds_jax.rl.config import SAMPLER_PLACEMENTS, ConfigValueError
+
+    if placement not in SAMPLER_PLACEMENTS:
+        raise ConfigValueError(f"config.hardware.sampler_placement={placement!r}: known: "
+                               f"{SAMPLER_PLACEMENTS}")
+    if placement == "sharded" and not hosts.single:
+        # Sharded sampling needs every process to run the same driver loop on the same global
+        # request list, and the statistics passes global token arrays; the rollout code keeps
+        # each host's requests local, so this is not wired up yet.
+        raise ConfigValueError(
+            f"config.hardware.sampler_placement={placement!r}: sharded sampling runs on "
+            f"single-host meshes only; this run has {hosts.count} processes (use 'replica')")
+
+
+def sampler_params(params, placement: str, hosts: Hosts):
+    """The parameters that sampling and the per-sequence statistics run with: a host-local full
+    replica ("replica"), or `params` as they are, sharded over the mesh ("sharded": no gather,
+    no copy; the sampler places its KV cache on the same mesh)."""
+    check_sampler_placement(placement, hosts)
+    return params if placement == "sharded" else local_replica(params)
 
 
 def to_global(tree, mesh, hosts: Hosts):

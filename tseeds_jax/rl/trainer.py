@@ -20,12 +20,14 @@ from typing import Any
 import jax
 import numpy as np
 
+from tseeds_jax.model.sharding import batch_sharding
 from tseeds_jax.rl import hosts as hosts_lib
 from tseeds_jax.rl import rollout
 from tseeds_jax.rl.config import TrainConfig
 from tseeds_jax.rl.learner import Learner, TrainState
 from tseeds_jax.rl.metrics import MetricsWriter
 from tseeds_jax.rl.plugins import MethodPlugins, learner_old_logp_mode
+from tseeds_jax.sampling.placement import params_mesh, shards_of
 from tseeds_jax.seeds import SeedCache, make_seed_batch, sample_rngs, truncation
 
 ROLLOUT, BEHAVIOR, TOPUP = 1, 2, 3  # random streams of generation seeds
@@ -60,6 +62,8 @@ class Trainer:
         """batch_sharding: a LearnerBatch of NamedShardings (the mesh's batch layout) or None."""
         self.cfg, self.env = cfg, env
         self.hosts = hosts_lib.Hosts.current()
+        # Fail before any work when the sampler placement cannot run on this process layout.
+        hosts_lib.check_sampler_placement(cfg.hardware.sampler_placement, self.hosts)
         self.batch_sharding = batch_sharding
         self.mesh = None  # the training mesh (set by runner.make_trainer); needed multi-host
         self.learner = Learner(env.graphdef, env.params, cfg.loss, cfg.optim,
@@ -80,16 +84,31 @@ class Trainer:
 
     def _stats(self, params, tokens_BT, attn_BT, response_width):
         """Learner statistics (log-probs, entropies) in row chunks of the micro-batch size, so the
-        no-grad passes never hold more activations than one micro-batch of the update."""
+        no-grad passes never hold more activations than one micro-batch of the update.
+
+        With params sharded over a mesh (sampler_placement "sharded") each chunk is split over
+        the mesh's batch axes like the update's micro-batches, rounded up to whole rows per
+        device."""
         n = len(tokens_BT)
-        chunk = self.cfg.optim.micro_batch_size or n
-        if chunk >= n:
+        if n == 0:
             return self.learner.stats(params, tokens_BT, attn_BT, response_width)
+        chunk = min(self.cfg.optim.micro_batch_size or n, n)
+        mesh = params_mesh(params)
+        shards = 1 if mesh is None else shards_of(mesh, "batch")
+        chunk = -(-chunk // shards) * shards
         pad = -n % chunk  # equal chunks: one compilation
-        tok = np.concatenate([tokens_BT, np.repeat(tokens_BT[:1], pad, 0)])
-        att = np.concatenate([attn_BT, np.repeat(attn_BT[:1], pad, 0)])
-        outs = [self.learner.stats(params, tok[i : i + chunk], att[i : i + chunk], response_width)
-                for i in range(0, len(tok), chunk)]
+        tok, att = tokens_BT, attn_BT
+        if pad:
+            tok = np.concatenate([tokens_BT, np.repeat(tokens_BT[:1], pad, 0)])
+            att = np.concatenate([attn_BT, np.repeat(attn_BT[:1], pad, 0)])
+
+        def rows(x):
+            return x if mesh is None else jax.device_put(x, batch_sharding(mesh, x.shape))
+
+        outs = [self.learner.stats(params, rows(tok[i : i + chunk]), rows(att[i : i + chunk]),
+                                   response_width) for i in range(0, len(tok), chunk)]
+        if len(outs) == 1:
+            return tuple(x[:n] for x in outs[0])
         return tuple(np.concatenate(parts)[:n] for parts in zip(*outs))
 
     def _local(self, prompts, refs):
@@ -189,8 +208,10 @@ class Trainer:
     def train_step(self) -> dict[str, Any]:
         c, step = self.cfg, self.step
         t_start = time.perf_counter()
-        # Sampling and per-sequence statistics use a host-local replica of the parameters.
-        params = hosts_lib.local_replica(self.state.params)
+        # Sampling and per-sequence statistics use a host-local replica of the parameters, or
+        # (hardware.sampler_placement="sharded") the learner's sharded parameters as they are.
+        params = hosts_lib.sampler_params(self.state.params, c.hardware.sampler_placement,
+                                          self.hosts)
         sampler_params = _cast(params, self.cfg.model.get("sampler_dtype", "float32"))
         samples, info = self.plugins.collect(sampler_params, params, step)
         g, r = c.rollout.group_size, c.rollout.max_response_len

@@ -8,6 +8,11 @@ bucket and one insert; then a single device call (`core.run_chunk`, a while_loop
 steps) runs until a slot finishes while requests wait (so it is refilled at once) or until all
 slots finish. The host reads three [B] arrays per call, and the output buffers only when some
 slot finished: no per-token host round-trip.
+
+Sharded parameters (a multi-device `NamedSharding`, e.g. the learner's FSDP / tensor layout) are
+used as they are: the decode state, output buffers and prefill inputs are then placed on the same
+mesh by the logical rules (`placement.py`), the slot count is rounded up to a multiple of the
+batch shards, and the prefill token cap applies per device.
 """
 
 from __future__ import annotations
@@ -24,9 +29,10 @@ from flax import nnx
 
 from tseeds_jax.model import Transformer
 from tseeds_jax.sampling import core
+from tseeds_jax.sampling.placement import Placement, fetch, params_mesh
 from tseeds_jax.sampling.strategies import make_strategy
 
-# Cap on P * T of one batched prefill: bounds the [P, H, T, T] attention scores.
+# Cap on P * T of one batched prefill per device: bounds the [P, H, T, T] attention scores.
 _PREFILL_TOKENS = 8192
 
 
@@ -136,7 +142,8 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens, tempera
     stop_tokens: token ids that end a request (included in `.tokens`, reason "stop").
     prefixes: optional per-prompt token lists appended to the prompts (e.g. a seed prefix);
       `.tokens` are the tokens after the prefix.
-    num_slots: concurrent decode slots (default: next power of two >= len(prompts), <= 256).
+    num_slots: concurrent decode slots (default: next power of two >= len(prompts), <= 256);
+      with sharded params rounded up to a multiple of the mesh's batch shards.
     max_prefill_length: longest accepted prompt (+ prefix); default the model's
       max_position_embeddings.
     param_dtype: optionally cast the float params (e.g. "bfloat16") before sampling.
@@ -182,38 +189,48 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens, tempera
         slots = num_slots or min(256, 1 << (len(requests) - 1).bit_length())
         if not isinstance(slots, int) or slots <= 0:
             raise ValueError(f"num_slots={num_slots!r}: must be a positive integer")
-        for r, out in _run(cfg, graphdef, params, strategy, stops, requests, slots, max_prefill):
+        mesh = params_mesh(params)
+        place = Placement(mesh) if mesh is not None else None
+        for r, out in _run(cfg, graphdef, params, strategy, stops, requests, slots, max_prefill,
+                           place):
             results[r.index] = out
     return results
 
 
-def _run(cfg, graphdef, params, strategy, stops, requests, slots, max_prefill):
-    """Continuous batching over `slots`; yields (request, GenerationResult) as they finish."""
+def _run(cfg, graphdef, params, strategy, stops, requests, slots, max_prefill, place=None):
+    """Continuous batching over `slots`; yields (request, GenerationResult) as they finish.
+    `place`: a Placement when the params are sharded (None: everything on the default device)."""
     # Output buffer length: a power of two (>= 16) so that nearby budgets share compiled code.
     n_out = max(16, 1 << (max(r.budget for r in requests) - 1).bit_length())
     cache_len = core.cache_bucket(max(max(r.tokens.size + r.budget,
                                           core.prefill_bucket(r.tokens.size, max_prefill))
                                       for r in requests))
-    state, out_t, out_lp = core.init_buffers(cfg, slots, cache_len, n_out)
+    if place is None:
+        state, out_t, out_lp = core.init_buffers(cfg, slots, cache_len, n_out)
+        rows_per_prefill = 1
+    else:
+        slots = place.round_rows(slots)
+        state, out_t, out_lp = place.init_buffers(cfg, slots, cache_len, n_out)
+        rows_per_prefill = place.batch_shards
     queue = collections.deque(requests)
     free = list(range(slots))
     in_slot: list[_Request | None] = [None] * slots
     while queue or any(r is not None for r in in_slot):
         if queue and free:
             take = [queue.popleft() for _ in range(min(len(free), len(queue)))]
-            for group in _prefill_groups(take, max_prefill):
+            for group in _prefill_groups(take, max_prefill, rows_per_prefill):
                 used = [free.pop(0) for _ in group]
                 for s, r in zip(used, group):
                     in_slot[s] = r
                 state = _prefill_insert(graphdef, params, strategy, state, group, used, slots,
-                                        max_prefill)
+                                        max_prefill, place)
         state, out_t, out_lp, _ = core.run_chunk(graphdef, strategy, stops, params, state, out_t,
                                                  out_lp, n_out + 1, bool(queue))
-        finish, count = jax.device_get((state.finish_B, state.step_B))
+        finish, count = fetch((state.finish_B, state.step_B))
         done = [s for s in range(slots) if in_slot[s] is not None and finish[s] != core.RUNNING]
         if not done:
             continue
-        toks, lps = jax.device_get((out_t, out_lp))
+        toks, lps = fetch((out_t, out_lp))
         for s in done:
             r, c = in_slot[s], int(count[s])
             yield r, GenerationResult(toks[s, :c].tolist(), lps[s, :c].tolist(),
@@ -222,22 +239,27 @@ def _run(cfg, graphdef, params, strategy, stops, requests, slots, max_prefill):
             free.append(s)
 
 
-def _prefill_groups(requests, max_prefill):
-    """Requests grouped by prefill bucket, each group at most _PREFILL_TOKENS padded tokens."""
+def _prefill_groups(requests, max_prefill, shards: int = 1):
+    """Requests grouped by prefill bucket, each group at most _PREFILL_TOKENS padded tokens per
+    device (`shards`: devices the rows are split over)."""
     by_bucket: dict[int, list] = collections.defaultdict(list)
     for r in requests:
         by_bucket[core.prefill_bucket(r.tokens.size, max_prefill)].append(r)
     for t, group in sorted(by_bucket.items()):
         rows = max(1, _PREFILL_TOKENS // t)
-        rows = 1 << (rows.bit_length() - 1)  # power of two
+        rows = (1 << (rows.bit_length() - 1)) * shards  # a power of two per device
         for i in range(0, len(group), rows):
             yield group[i:i + rows]
 
 
-def _prefill_insert(graphdef, params, strategy, state, group, slots_used, num_slots, max_prefill):
-    """One batched prefill (P padded to a power of two) and one insert."""
+def _prefill_insert(graphdef, params, strategy, state, group, slots_used, num_slots, max_prefill,
+                    place=None):
+    """One batched prefill (P padded to a power of two; sharded: also to a multiple of the batch
+    shards, so every device prefills whole rows) and one insert."""
     t = core.prefill_bucket(max(r.tokens.size for r in group), max_prefill)
     p = 1 << (len(group) - 1).bit_length()
+    if place is not None:
+        p = place.round_rows(p)
     tokens = np.zeros((p, t), np.int32)
     length = np.ones((p,), np.int32)
     key = np.zeros((p, 2), np.uint32)
@@ -246,6 +268,13 @@ def _prefill_insert(graphdef, params, strategy, state, group, slots_used, num_sl
     for j, (r, s) in enumerate(zip(group, slots_used)):
         tokens[j, :r.tokens.size] = r.tokens
         length[j], key[j], budget[j], slot[j] = r.tokens.size, r.key, r.budget, s
-    prefix = core.prefill(graphdef, strategy, params, tokens, length, key, budget,
-                          np.zeros((p,), bool))
+    error = np.zeros((p,), bool)
+    if place is None:
+        prefix = core.prefill(graphdef, strategy, params, tokens, length, key, budget, error)
+        return core.insert(prefix, state, slot)
+    tokens, length, key, budget, error, slot = place.put_rows(tokens, length, key, budget, error,
+                                                              slot)
+    prefix = core.prefill(graphdef, strategy, params, tokens, length, key, budget, error)
+    # The prefix KV laid out like the cache rows it is copied into.
+    prefix = place.place(prefix, place.prefix_shardings(prefix, type(state.cache)))
     return core.insert(prefix, state, slot)

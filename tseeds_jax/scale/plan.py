@@ -15,10 +15,14 @@ The model (docs/scale.md explains each term):
   layer inputs with `model.remat` plus one layer recomputed), the backward working set of one
   layer, the fused log-prob kernel's buffers (never [tokens, vocab] logits), FSDP-gathered layer
   weights; or, if larger, the optimizer update's working set.
-* sampler: the parameters cast to `model.sampler_dtype`, the KV cache (slots x S x L x 2 x K x E),
-  one batched prefill (its attention scores are materialised: no flash attention) or one decode
-  step.
-* statistics pass (behavior / old / reference log-probs): a no-grad forward of a whole batch.
+* sampler (`plan_sampler.py`), by `hardware.sampler_placement`: "replica" -- a full parameter
+  copy (and its `model.sampler_dtype` cast) on one device per host with the host's whole KV cache;
+  "sharded" -- the learner's parameter shards (one layer gathered over fsdp at a time), the KV
+  cache split over the batch axes and kv heads over tensor by the rules table. Plus one batched
+  prefill (its attention scores are materialised: no flash attention) or one decode step.
+* statistics passes (behavior / old / reference log-probs): no-grad forwards of the rows the
+  trainer gives one call (`micro_batch_size` rows in `Trainer._stats`; a whole batch for the
+  passes in rl/plugins.py), on the replica device or split over the mesh.
 * host: the seed cache (T-1 batches of B x G seeds: token ids and float32 log-probs / entropies).
 
 Peak HBM = resident + max(learner step, sampler, statistics pass). Activation counts per layer
@@ -36,6 +40,7 @@ import types
 from collections.abc import Mapping
 from typing import Any
 
+from tseeds_jax.scale import plan_sampler
 from tseeds_jax.scale.hardware import GIB, Accelerator
 
 DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
@@ -72,8 +77,9 @@ class Workload:
     ratio: float = 0.5
     sampler_dtype: str = "float32"
     sampler_slots: int = 0  # 0 = the driver's default: next power of two >= requests, <= 256
-    sampler_placement: str = "replica"  # "replica": one device per host (the trainer now)
-    stats_rows: int = 0  # sequences per statistics forward; 0 = all at once (the trainer now)
+    sampler_placement: str = "replica"  # "replica" | "sharded" (hardware.sampler_placement)
+    stats_rows: int = 0  # sequences per statistics forward; 0 = as the trainer chunks them
+    stats_whole_batch: bool = False  # a statistics pass over a whole batch (rl/plugins.py)
     kernel_impl: str = "pallas"  # "pallas" (TPU/GPU) | "chunked" (XLA, CPU default)
     kl_coef: float = 0.0
     old_logp_recompute: bool = False
@@ -233,7 +239,7 @@ def _pow2_at_least(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
-PREFILL_TOKENS = 8192  # padded tokens per batched prefill (tseeds_jax.sampling.driver)
+PREFILL_TOKENS = plan_sampler.PREFILL_TOKENS  # per device (tseeds_jax.sampling.driver)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -248,7 +254,6 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
         raise ValueError(f"mesh {w.mesh}: every axis must be resolved to a size >= 1")
     warns: list[str] = []
     pb, a = DTYPE_BYTES[m.param_dtype], DTYPE_BYTES[m.dtype]
-    sb = DTYPE_BYTES[w.sampler_dtype]
     lay = param_layout(m, w.mesh)
     d, f, v, e = m.hidden_size, m.intermediate_size, m.vocab_size, m.head_size
     h, k, nl = m.num_attention_heads, m.num_key_value_heads, m.num_hidden_layers
@@ -339,65 +344,39 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
         add("learner", "gradients", 2 * param_bytes, "accumulator + last micro-batch's")
         add("learner", "optimizer update temporaries", opt_work)
 
-    # ---- sampler ----
-    if w.sampler_placement == "replica":
-        per_host = max(w.devices_per_host, 1)
-        hosts = max(w.num_devices // per_host, 1)
-        requests = -(-n_seq // hosts)
-        s_params = lay.total * sb
-        add("sampler", "sampler parameters", s_params + (lay.total * pb if sb != pb else 0),
-            "full replica on one device per host" + (" + cast copy" if sb != pb else ""))
-        sh_b, sh_k, sh_h = 1, 1, 1
+    # ---- sampler (plan_sampler.py) ----
+    sm = plan_sampler.sampler_memory(w, lay, DTYPE_BYTES)
+    if sm.extra_params:
+        add("sampler", "sampler parameters", sm.extra_params, sm.extra_note)
+    add("sampler", "KV cache", sm.kv, sm.kv_note)
+    if sm.gathered:
+        add("sampler", "gathered layer weights", sm.gathered,
+            "one layer all-gathered over fsdp per decode step")
+    if sm.prefill >= sm.decode:
+        add("sampler", "prefill", sm.prefill, sm.prefill_note)
     else:
-        requests = n_seq
-        s_params = lay.per_device * sb
-        if sb != pb:
-            add("sampler", "sampler parameters (cast)", s_params, f"{w.sampler_dtype} copy")
-        sh_b, sh_k, sh_h = batch_shards, (tensor if ok_k else 1), (tensor if ok_h else 1)
-    slots = w.sampler_slots or min(256, _pow2_at_least(requests))
-    cache_len = cache_bucket(t_len)
-    slots_dev = slots // sh_b if slots % sh_b == 0 else slots
-    kv = slots_dev * cache_len * nl * 2 * (k // sh_k) * e * a
-    add("sampler", "KV cache", kv, f"{slots_dev} slots x S={cache_len} x {nl} layers x 2 x "
-        f"{k // sh_k} kv heads x E={e}")
-    if w.refresh_interval > 1:
-        seed_max = (round(w.response_len * w.ratio) if w.truncation == "ratio"
-                    else w.response_len - 1)
-    else:
-        seed_max = 0
-    max_prefill = w.prompt_len + w.response_len
-    t_pre = min(max(16, _pow2_at_least(w.prompt_len + seed_max)), max_prefill)
-    rows = max(1, PREFILL_TOKENS // t_pre)
-    rows = min(1 << (rows.bit_length() - 1), _pow2_at_least(requests))
-    hd = h // sh_h
-    prefill = (rows * hd * t_pre * t_pre * (4 + 4 + a)  # scores, softmax (f32), probs
-               + rows * t_pre * nl * 2 * (k // sh_k) * e * a  # the prefill's own KV
-               + rows * t_pre * (4 * d + 3 * f) * a)
-    decode = slots_dev * (3 * v * 4 + hd * cache_len * 8) + slots_dev * 2 * 4 * w.response_len
-    if prefill >= decode:
-        add("sampler", "prefill", prefill, f"{rows} rows x {t_pre} tokens, scores materialised")
-    else:
-        add("sampler", "decode step", decode, "logits / sampling buffers, attention scores")
+        add("sampler", "decode step", sm.decode,
+            "logits / sampling buffers, attention scores, output buffers")
+    if w.sampler_placement == "sharded" and plan_sampler.num_hosts(w) > 1:
+        warns.append(f"sampler_placement='sharded' on {plan_sampler.num_hosts(w)} hosts: the "
+                     "trainer runs sharded sampling on single-host meshes only (it raises)")
 
-    # ---- statistics pass (no grad, whole batch) ----
-    needs_stats = w.refresh_interval > 1 or w.old_logp_recompute or w.kl_coef
-    if needs_stats:
-        if w.sampler_placement == "replica":
-            srows, s_h, s_f, s_par = requests, h, f, lay.total * pb
-        else:
-            srows, s_h, s_f, s_par = rows_dev, h_t, f_t, 0
-        if w.stats_rows:
-            srows = min(srows, w.stats_rows)
+    # ---- statistics passes (no grad) ----
+    srows, snote = plan_sampler.stats_rows_per_device(w)
+    if srows:
+        sharded = w.sampler_placement == "sharded"
+        s_h, s_f = (h_t, f_t) if sharded else (h, f)
         sn = srows * t_len
         st = (srows * s_h * t_len * t_len * (8 + a) + sn * (4 * d + 3 * s_f) * a
               + srows * w.response_len * 16)
         st += (CHUNKED_TILES * min(2048, srows * w.response_len) * min(2048, v) * 4
                if w.kernel_impl == "chunked" else 4 * -(-v // 512) * srows * w.response_len * 4)
-        add("stats", "forward of the batch", st,
-            f"{srows} sequences per forward" + ("" if w.stats_rows else
-                                               " (learner.stats takes the whole batch)"))
-        if s_par:
-            add("stats", "parameter replica", s_par, "full replica on one device per host")
+        add("stats", "forward of the batch", st, f"{srows} sequences per device ({snote})")
+        if not sharded and w.num_devices > 1:
+            add("stats", "parameter replica", lay.total * pb, "full replica on one device per host")
+        elif sharded and fsdp > 1:
+            add("stats", "gathered layer weights", lay.layer_per_tensor * (pb + a),
+                "one layer all-gathered over fsdp (+ compute-dtype copy)")
 
     # ---- host ----
     if w.refresh_interval > 1:
@@ -434,7 +413,8 @@ def model_config_for(cfg, *, read_hf: bool = True):
 def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
                          num_devices: int | None = None, kernel_impl: str | None = None,
                          sampler_placement: str | None = None, read_hf: bool = True) -> Workload:
-    """A Workload from a validated `TrainConfig` (its `hardware` section fills the gaps)."""
+    """A Workload from a validated `TrainConfig` (its `hardware` section fills the gaps;
+    `sampler_placement` overrides `hardware.sampler_placement`)."""
     from tseeds_jax.model.sharding import MeshSpec
 
     hw = getattr(cfg, "hardware", None)
@@ -450,6 +430,12 @@ def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
     per_host = (accelerator.devices_per_host if accelerator and accelerator.devices_per_host
                 else min(int(n), 8))
     o = cfg.optim
+    old_logp_recompute = (o.old_logp == "recompute" or
+                          (o.old_logp == "auto" and o.updates_per_batch > 1))
+    from tseeds_jax.rl import family
+
+    sis_top_k = family.from_loss_config(cfg.loss)[2].sis_top_k
+    stale = getattr(getattr(cfg, "stale", None), "steps", 0)
     return Workload(
         model=model_config_for(cfg, read_hf=read_hf), mesh=mesh,
         batch_prompts=cfg.rollout.batch_prompts, group_size=cfg.rollout.group_size,
@@ -458,11 +444,18 @@ def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
         refresh_interval=cfg.seeds.refresh_interval, truncation=cfg.seeds.truncation,
         ratio=cfg.seeds.ratio, sampler_dtype=cfg.model.get("sampler_dtype", "float32"),
         sampler_slots=int(hw.get("sampler_slots", 0) or 0),
-        sampler_placement=sampler_placement or "replica", kernel_impl=kernel_impl,
-        kl_coef=cfg.loss.kl_coef,
-        old_logp_recompute=(o.old_logp == "recompute" or
-                            (o.old_logp == "auto" and o.updates_per_batch > 1)),
+        sampler_placement=sampler_placement or hw.get("sampler_placement") or "replica",
+        kernel_impl=kernel_impl, kl_coef=cfg.loss.kl_coef, old_logp_recompute=old_logp_recompute,
+        # rl/plugins.py runs these statistics passes on a whole batch (not micro-batched)
+        stats_whole_batch=bool(old_logp_recompute or stale
+                               or (sis_top_k and cfg.seeds.refresh_interval > 1)),
         devices_per_host=per_host)
+
+
+def sampler_decode_bytes(w: Workload) -> int:
+    """Per-device bytes of one sampler decode call (parameters read, KV cache, gathered layer,
+    working set and output buffers): comparable with XLA's footprint of `core.run_chunk`."""
+    return plan_sampler.sampler_memory(w, param_layout(w.model, w.mesh), DTYPE_BYTES).decode_call
 
 
 def gib(nbytes: float) -> float:

@@ -10,8 +10,9 @@ Options:
   --hbm-gib X          HBM per device in GiB (overrides the accelerator table)
   --num-devices N      override the device count
   --kernel-impl pallas|chunked     (default: pallas on TPU/GPU)
-  --sampler-placement replica|sharded   (default replica: the trainer's host-local sampler)
-  --stats-rows N       sequences per statistics forward (default 0: the whole batch, as now)
+  --sampler-placement replica|sharded   override config.hardware.sampler_placement
+  --stats-rows N       sequences per statistics forward (default 0: as the trainer chunks them,
+                       optim.micro_batch_size rows per forward)
   --json               machine-readable output
 """
 
@@ -32,9 +33,10 @@ def _parse(argv: list[str]):
     flags.DEFINE_float("hbm_gib", None, "HBM per device (GiB)", flag_values=fv)
     flags.DEFINE_integer("num_devices", None, "number of devices", flag_values=fv)
     flags.DEFINE_enum("kernel_impl", None, ["pallas", "chunked"], "log-prob kernel", flag_values=fv)
-    flags.DEFINE_enum("sampler_placement", "replica", ["replica", "sharded"],
-                      "where the sampler and statistics pass run", flag_values=fv)
-    flags.DEFINE_integer("stats_rows", 0, "sequences per statistics forward (0: all)",
+    flags.DEFINE_enum("sampler_placement", None, ["replica", "sharded"],
+                      "where the sampler and statistics pass run (default: the config's "
+                      "hardware.sampler_placement)", flag_values=fv)
+    flags.DEFINE_integer("stats_rows", 0, "sequences per statistics forward (0: as the trainer)",
                          flag_values=fv)
     flags.DEFINE_bool("json", False, "print JSON", flag_values=fv)
     if any(a in ("-h", "--help") for a in argv):
@@ -61,7 +63,7 @@ def _parse(argv: list[str]):
 
 
 def build_plan(cd, *, accelerator=None, hbm_gib=None, num_devices=None, kernel_impl=None,
-               sampler_placement="replica", stats_rows=0):
+               sampler_placement=None, stats_rows=0):
     """(Plan, Accelerator | None) of a ConfigDict; raises ValueError on bad input."""
     from tseeds_jax.rl.config import TrainConfig
     from tseeds_jax.scale import plan as plan_lib
@@ -98,7 +100,7 @@ def render(plan, ranked, path, *, title: str) -> str:
              f"  mesh: data={d} fsdp={f} tensor={t} ({w.num_devices} devices)  batch "
              f"{w.batch_prompts}x{w.group_size}  P={w.prompt_len} R={w.response_len}  "
              f"micro_batch_size={w.micro_batch_size or 'all'}  kernel={w.kernel_impl}  "
-             f"sampler={w.sampler_placement} stats_rows={w.stats_rows or 'all'}",
+             f"sampler={w.sampler_placement} stats_rows={w.stats_rows or 'trainer'}",
              "", f"  {'phase':<9} {'term':<32} {'GiB/device':>10}  note"]
     for term in plan.terms:
         lines.append(f"  {term.phase:<9} {term.name:<32} {_fmt(term.bytes):>10}  {term.note}")

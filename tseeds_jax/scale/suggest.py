@@ -10,6 +10,7 @@ import dataclasses
 
 from tseeds_jax.scale import plan as plan_lib
 from tseeds_jax.scale.plan import Plan, Workload
+from tseeds_jax.scale.plan_sampler import num_hosts, sampler_requests
 
 
 @dataclasses.dataclass(frozen=True)
@@ -53,18 +54,22 @@ def _candidates(w: Workload):
     if w.sampler_dtype == "float32" and m.param_dtype == "float32":
         out.append(("--config.model.sampler_dtype=bfloat16", "sample with bfloat16 weights",
                     w.replace(sampler_dtype="bfloat16")))
-    slots = w.sampler_slots or min(256, plan_lib._pow2_at_least(w.sequences))
+    slots = w.sampler_slots or min(256, plan_lib._pow2_at_least(sampler_requests(w)))
     if slots > 8:
         out.append((f"--config.hardware.sampler_slots={slots // 2}",
                     "fewer concurrent decode slots (smaller KV cache, slower rollouts)",
                     w.replace(sampler_slots=slots // 2)))
-    if w.stats_rows != 1 and (w.refresh_interval > 1 or w.old_logp_recompute or w.kl_coef):
-        out.append(("(trainer) statistics pass in chunks of 1 sequence per device",
-                    "code change: micro-batch learner.stats like the update",
-                    w.replace(stats_rows=1)))
+    if w.stats_whole_batch and not w.stats_rows and w.micro_batch_size:
+        out.append(("(trainer) micro-batch the whole-batch statistics passes of rl/plugins.py",
+                    "code change: old-log-prob / stale / SIS top-K passes in micro-batch chunks "
+                    "like Trainer._stats", w.replace(stats_rows=w.micro_batch_size)))
     if w.sampler_placement == "replica":
-        out.append(("(trainer) sample on the mesh instead of one device per host",
-                    "code change: shard sampler params / KV cache / stats by the rules table",
+        hosts = num_hosts(w)
+        out.append(("--config.hardware.sampler_placement=sharded",
+                    "sample and run the statistics passes on the learner's mesh (parameters, KV "
+                    "cache and rows split by the rules table)" +
+                    (f"; the trainer supports it on single-host meshes only ({hosts} hosts here)"
+                     if hosts > 1 else ""),
                     w.replace(sampler_placement="sharded")))
     return out
 

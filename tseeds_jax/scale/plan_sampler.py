@@ -1,0 +1,146 @@
+"""The sampler and statistics-pass terms of the memory plan (`plan.estimate`; docs/scale.md).
+
+Letters as in `plan.py`: B sequences, P prompt width, R response width, T = P + R, D, F, H, K, E,
+L, V, S cache length. Sizes are bytes per device.
+
+Two placements (`hardware.sampler_placement`, `tseeds_jax.rl.hosts.sampler_params`):
+* "replica": each host samples its own share of the requests on ONE device that holds a full
+  copy of the parameters (and their `sampler_dtype` cast), the host's whole KV cache and every
+  statistics forward;
+* "sharded": the driver runs on the learner's mesh: parameters as the learner shards them (one
+  layer gathered at a time over fsdp), slots and prefill rows split over the batch axes
+  ("cache_batch"), kv heads over tensor when they divide (the KV cache layout is read off
+  `KVCache.k_axes` / `v_axes`), statistics chunks split like the update's micro-batches.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+PREFILL_TOKENS = 8192  # padded tokens of one batched prefill per device (sampling/driver.py)
+
+
+def _pow2_at_least(n: int) -> int:
+    return 1 << max(n - 1, 0).bit_length()
+
+
+def num_hosts(w) -> int:
+    return max(w.num_devices // max(w.devices_per_host, 1), 1)
+
+
+def sampler_requests(w) -> int:
+    """Requests of the largest sampler call of one driver loop: a refresh samples the T-1 seeded
+    batches at once (trainer._refresh); with "replica" each host runs its own share."""
+    n = w.sequences * max(w.refresh_interval - 1, 1)
+    return -(-n // num_hosts(w)) if w.sampler_placement == "replica" else n
+
+
+def _split(sizes, logical: str, n: int) -> int:
+    """How many ways the rules table splits a dimension `logical` of size n on this mesh."""
+    from tseeds_jax.scale.plan import _shard_factor
+
+    return _shard_factor((n,), (logical,), sizes)
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplerMemory:
+    """Per-device bytes of the sampler (one driver loop) and their notes."""
+
+    extra_params: int  # copies on top of the resident parameters (replica, cast)
+    extra_note: str
+    params_read: int  # the parameters the decode call reads (sampler dtype)
+    kv: int
+    kv_note: str
+    gathered: int  # one FSDP-gathered layer (sharded placement, fsdp > 1)
+    prefill: int
+    prefill_note: str
+    decode: int  # one decode call's working set and output buffers
+
+    @property
+    def decode_call(self) -> int:
+        """Comparable with XLA's footprint of `core.run_chunk` (tests/test_plan_xla.py)."""
+        return self.params_read + self.kv + self.gathered + self.decode
+
+
+def sampler_memory(w, lay, dtype_bytes) -> SamplerMemory:
+    from tseeds_jax.model import KVCache
+    from tseeds_jax.scale.plan import _shard_factor, cache_bucket
+
+    m = w.model
+    sizes = dict(zip(("data", "fsdp", "tensor"), w.mesh))
+    pb, a, sb = (dtype_bytes[x] for x in (m.param_dtype, m.dtype, w.sampler_dtype))
+    sharded = w.sampler_placement == "sharded"
+    requests = sampler_requests(w)
+    slots = w.sampler_slots or min(256, _pow2_at_least(requests))
+    if sharded:
+        shards = sizes["data"] * sizes["fsdp"]  # "cache_batch"
+        slots = -(-slots // shards) * shards  # the driver rounds slots up to whole rows per device
+        extra = lay.per_device * sb if sb != pb else 0
+        extra_note = f"{w.sampler_dtype} cast of this device's parameter shards"
+        params_read = lay.per_device * sb
+    else:
+        shards = 1
+        single = w.num_devices == 1  # local_replica of a one-device state is the state itself
+        extra = (0 if single else lay.total * pb) + (lay.total * sb if sb != pb else 0)
+        extra_note = "full replica on one device per host" + (" + cast copy" if sb != pb else "")
+        params_read = lay.total * sb
+    s = cache_bucket(w.prompt_len + w.response_len)
+    dims = {"cache_batch": slots, "cache_length": s, "cache_kv_heads": m.num_key_value_heads,
+            "cache_head_dim": m.head_size}
+    kv_sizes = sizes if sharded else {"data": 1, "fsdp": 1, "tensor": 1}
+    kv = 0
+    for axes in (KVCache.k_axes, KVCache.v_axes):
+        shape = tuple(dims[x] for x in axes)
+        kv += math.prod(shape) // _shard_factor(shape, axes, kv_sizes) * m.num_hidden_layers * a
+    slots_dev = slots // shards
+    k_dev = m.num_key_value_heads // (_split(kv_sizes, "cache_kv_heads", m.num_key_value_heads))
+    kv_note = (f"{slots_dev} slots x S={s} x {m.num_hidden_layers} layers x 2 x {k_dev} kv heads "
+               f"x E={m.head_size}")
+    h_dev = m.num_attention_heads // _split(kv_sizes, "activation_heads", m.num_attention_heads)
+    gathered = int(lay.layer_per_tensor * sb) if sharded and sizes["fsdp"] > 1 else 0
+
+    if w.refresh_interval > 1:
+        seed_max = (round(w.response_len * w.ratio) if w.truncation == "ratio"
+                    else w.response_len - 1)
+    else:
+        seed_max = 0
+    t_pre = min(max(16, _pow2_at_least(w.prompt_len + seed_max)), w.prompt_len + w.response_len)
+    rows = max(1, PREFILL_TOKENS // t_pre)
+    rows = min(1 << (rows.bit_length() - 1), -(-_pow2_at_least(requests) // shards))
+    d, f = m.hidden_size, m.intermediate_size
+    prefill = (rows * h_dev * t_pre * t_pre * (4 + 4 + a)  # scores, softmax (f32), probs
+               + rows * t_pre * m.num_hidden_layers * 2 * k_dev * m.head_size * a  # its own KV
+               + rows * t_pre * (4 * d + 3 * f) * a)
+    n_out = max(16, _pow2_at_least(w.response_len))
+    decode = slots_dev * (3 * m.vocab_size * 4 + h_dev * s * 8) + slots_dev * 2 * 4 * n_out
+    return SamplerMemory(int(extra), extra_note, int(params_read), int(kv), kv_note, gathered,
+                         int(prefill), f"{rows} rows x {t_pre} tokens per device, scores "
+                         "materialised", int(decode))
+
+
+def stats_rows_per_device(w) -> tuple[int, str]:
+    """(sequences per statistics forward on one device, note).
+
+    trainer._stats (refresh behavior log-probs, reference log-probs) runs `micro_batch_size`
+    rows per forward (all rows when 0), rounded up to whole rows per device when sharded; the
+    plugins' passes (old log-probs recompute, stale annotate, SIS top-K) take a whole batch.
+    `w.stats_rows` overrides every pass's rows per forward."""
+    sharded = w.sampler_placement == "sharded"
+    hosts = 1 if sharded else num_hosts(w)
+    shards = w.mesh[0] * w.mesh[1] if sharded else 1
+    passes = []
+    if w.refresh_interval > 1:
+        passes.append(("refresh", w.sequences * (w.refresh_interval - 1), w.micro_batch_size))
+    if w.kl_coef:
+        passes.append(("reference", w.sequences, w.micro_batch_size))
+    if w.stats_whole_batch:
+        passes.append(("whole-batch", w.sequences, 0))
+    best, note = 0, ""
+    for name, total, chunk in passes:
+        total = -(-total // hosts)
+        chunk = min(w.stats_rows or chunk or total, total)
+        per_dev = -(-chunk // shards)
+        if per_dev > best:
+            best, note = per_dev, f"{name} pass: {chunk} sequences per forward"
+    return best, note
