@@ -24,7 +24,10 @@ ARCH = dict(model_type="qwen2", vocab_size=152064, hidden_size=3584, intermediat
             tie_word_embeddings=False, max_position_embeddings=4096, rope_theta=10000.0,
             rms_norm_eps=1e-6)
 
-VARIANTS = {"tpu": Slice("v5p-64", fsdp=32), "gpu": Slice("8xH100", fsdp=8)}
+VARIANTS = {
+    "tpu": Slice("v5p-64", fsdp=32),
+    "gpu": Slice("8xH100", fsdp=8, sampler_placement="sharded"),
+}
 
 
 def get_config(variant: str = "tpu"):

@@ -31,7 +31,7 @@ ARCH = dict(model_type="qwen3", vocab_size=151936, hidden_size=2560, intermediat
 VARIANTS = {
     "tpu": Slice("v5p-128", fsdp=8, tensor=8),
     # 256 slots x 24k cache on one host's 8 GPUs is too tight.
-    "gpu": Slice("8xH200", tensor=8, sampler_slots=128),
+    "gpu": Slice("8xH200", tensor=8, sampler_slots=128, sampler_placement="sharded"),
 }
 
 

@@ -24,7 +24,10 @@ ARCH = dict(model_type="qwen2", vocab_size=151936, hidden_size=1536, intermediat
             tie_word_embeddings=False, max_position_embeddings=131072, rope_theta=10000.0,
             rms_norm_eps=1e-6)
 
-VARIANTS = {"tpu": Slice("v6e-64", fsdp=32, tensor=2), "gpu": Slice("8xH100", fsdp=8)}
+VARIANTS = {
+    "tpu": Slice("v6e-64", fsdp=32, tensor=2),
+    "gpu": Slice("8xH100", fsdp=8, sampler_placement="sharded"),
+}
 
 
 def get_config(variant: str = "tpu"):

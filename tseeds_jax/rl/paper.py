@@ -33,6 +33,9 @@ class Slice:
     fsdp: int = 1
     tensor: int = 1
     sampler_slots: int = 0  # 0: the sampler's default
+    # "sharded": the sampler runs on the learner's sharded params (no full replica per host);
+    # needed wherever a full replica plus KV cache does not fit one chip (`tseeds plan`).
+    sampler_placement: str = "replica"
 
     @property
     def micro_batch_size(self) -> int:
@@ -110,4 +113,5 @@ def paper_config(*, name: str, model_dir: str, arch: Mapping, data: str, templat
     c.mesh = ml_collections.ConfigDict(dict(data=hw.data, fsdp=hw.fsdp, tensor=hw.tensor))
     c.hardware.accelerator = hw.accelerator
     c.hardware.sampler_slots = hw.sampler_slots
+    c.hardware.sampler_placement = hw.sampler_placement
     return c
