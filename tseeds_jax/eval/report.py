@@ -85,6 +85,28 @@ def _effects(methods: dict[str, list[RunData]], base) -> dict[str, dict[str, Any
     return out
 
 
+def _fair_baseline_verdicts(methods: dict[str, list[RunData]], fair: str | None,
+                            baseline: str | None) -> list[str]:
+    """Each other method against the fair baseline (on-policy with as many updates per batch):
+    whether seeding beats more learning per generated batch, not only under-trained DAPO."""
+    fair_vals = _final_values(methods.get(fair, [])) if fair else []
+    if len(fair_vals) < 2:
+        return []
+    label = methods[fair][0].label
+    lines = [f"Against the fair on-policy baseline ({label}, {len(fair_vals)} seeds, "
+             f"{_pm(*t_interval(fair_vals))}):", ""]
+    for method, rs in methods.items():
+        vals = _final_values(rs)
+        if method in (fair, baseline) or len(vals) < 2:
+            continue
+        diff, p, sig = welch(vals, fair_vals)
+        lines.append(f"- {rs[0].label} vs {label}: {100 * diff:+.1f} points (Welch p={p:.2f}); "
+                     + ("**exceeds** the seed-to-seed spread." if sig else
+                        "**within** the seed-to-seed spread: not shown better than the fair "
+                        "baseline."))
+    return lines + [""]
+
+
 def write_report(root: str, *, out: str | None = None) -> str:
     """Writes ROOT/report.md (or `out`) and the plots; returns the report path."""
     runs = find_runs(root)
@@ -199,6 +221,8 @@ def write_report(root: str, *, out: str | None = None) -> str:
                              f"{verdict} (95% interval lower end {_pct(lo)}).")
         lines.append("")
     lines += verdicts + [""]
+    fair = demo.get("fair_baseline") or ("dapo_minibatch" if "dapo_minibatch" in methods else None)
+    lines += _fair_baseline_verdicts(methods, fair, baseline)
 
     # ---- curves ----
     lines += [SECTIONS[3], ""]
