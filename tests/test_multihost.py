@@ -1,6 +1,8 @@
 """Two processes on localhost (jax.distributed, CPU/gloo) train like one process with the same
-global batch."""
+global batch: with a host-local sampler replica, and with the sampler on the learner's parameters
+sharded over both processes (hardware.sampler_placement="sharded")."""
 
+import json
 import os
 import socket
 import subprocess
@@ -25,30 +27,80 @@ def _env(**extra):
     return env
 
 
-def _worker(out, run_dir, **env):
-    return subprocess.Popen([sys.executable, "-m", "tests.multihost_worker", str(out), str(run_dir)],
-                            cwd=ROOT, env=_env(**env), stdout=subprocess.PIPE,
+def _worker(out, run_dir, spec=None, **env):
+    args = [sys.executable, "-m", "tests.multihost_worker", str(out), str(run_dir)]
+    if spec is not None:
+        args.append(json.dumps(spec))
+    return subprocess.Popen(args, cwd=ROOT, env=_env(**env), stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
+
+
+def _run(tmp_path, name, processes, spec=None):
+    """Runs one training run as `processes` processes; (npz of process 0, [stdout per process])."""
+    if processes == 1:
+        procs = [_worker(tmp_path / f"{name}.npz", tmp_path / name, spec)]
+    else:
+        port = _free_port()
+        procs = [_worker(tmp_path / f"{name}.npz", tmp_path / f"{name}{i}", spec,
+                         TSEEDS_NUM_PROCESSES=str(processes), TSEEDS_PROCESS_ID=str(i),
+                         TSEEDS_COORDINATOR_ADDRESS=f"127.0.0.1:{port}")
+                 for i in range(processes)]
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    for p, out in zip(procs, outs):
+        assert p.returncode == 0, out[-3000:]
+    assert f"done {processes - 1} {processes}" in outs[-1]
+    return np.load(tmp_path / f"{name}.npz"), outs
+
+
+def _stats(out):
+    line = next(x for x in out.splitlines() if x.startswith("stats "))
+    return json.loads(line[len("stats "):])
+
+
+def _assert_same_run(a, b, what):
+    assert sorted(a.files) == sorted(b.files), what
+    np.testing.assert_array_equal(a["reward"], b["reward"], err_msg=what)  # same rollouts
+    assert np.any(a["loss"] != 0)
+    for k in a.files:
+        np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-6, err_msg=f"{what}: {k}")
 
 
 @pytest.mark.slow
 def test_two_processes_match_one_process(tmp_path):
-    single = _worker(tmp_path / "single.npz", tmp_path / "single")
-    out_s, _ = single.communicate(timeout=600)
-    assert single.returncode == 0, out_s[-3000:]
+    single, _ = _run(tmp_path, "single", 1)
+    multi, _ = _run(tmp_path, "multi", 2)
+    _assert_same_run(single, multi, "replica, 2 processes")
 
-    port = _free_port()
-    procs = [_worker(tmp_path / "multi.npz", tmp_path / f"multi{i}",
-                     TSEEDS_NUM_PROCESSES="2", TSEEDS_PROCESS_ID=str(i),
-                     TSEEDS_COORDINATOR_ADDRESS=f"127.0.0.1:{port}") for i in range(2)]
-    outs = [p.communicate(timeout=600)[0] for p in procs]
-    for p, out in zip(procs, outs):
-        assert p.returncode == 0, out[-3000:]
-    assert "done 1 2" in outs[1]
 
-    a, b = np.load(tmp_path / "single.npz"), np.load(tmp_path / "multi.npz")
-    assert sorted(a.files) == sorted(b.files)
-    np.testing.assert_array_equal(a["reward"], b["reward"])  # same rollouts, host-split
-    assert np.any(a["loss"] != 0)
-    for k in a.files:
-        np.testing.assert_allclose(b[k], a[k], rtol=1e-5, atol=1e-6, err_msg=k)
+# Both processes' 4 CPU devices in one (data 2, fsdp 2, tensor 2) mesh: the batch axes split
+# across the processes, so the sampler's decode slots, the statistics chunks and the update each
+# span both. Dynamic sampling (a reward that gives half the prompts all-equal groups) runs top-up
+# rounds, at most 2 (a step may end short of a full batch); refresh_interval 2 (base run) trains
+# a refresh step and a seeded step.
+SHARDED = {"devices": 4, "reward": "half_parity",
+           "overrides": {"mesh.data": 2, "mesh.fsdp": 2, "mesh.tensor": 2,
+                         "optim.micro_batch_size": 2, "advantage.filter_groups": True,
+                         "advantage.max_gen_batches": 2, "hardware.sampler_placement": "sharded"}}
+
+
+@pytest.mark.slow
+def test_two_processes_sharded_sampler_match_one_process(tmp_path):
+    single, _ = _run(tmp_path, "single", 1, {**SHARDED, "devices": 8})
+    multi, outs = _run(tmp_path, "multi", 2, SHARDED)
+    replica_spec = {**SHARDED, "overrides": {**SHARDED["overrides"],
+                                             "hardware.sampler_placement": "replica"}}
+    replica, replica_outs = _run(tmp_path, "replica", 2, replica_spec)
+    _assert_same_run(single, multi, "sharded, 2 processes")
+    _assert_same_run(single, replica, "replica, 2 processes")
+    assert _stats(replica_outs[0])["gathered_sample_calls"] == 0  # host-local sampling
+    stats = [_stats(o) for o in outs]
+    assert stats[0] == stats[1]  # both hosts took the same collective paths
+    stats = stats[0]
+    assert stats["mesh"] == {"data": 2, "fsdp": 2, "tensor": 2}
+    assert stats["gathered_sample_calls"] > 0 and stats["global_stats_reads"] > 0, stats
+    assert stats["seed_length"][1] > 0, stats  # step 1 trained seeded samples
+    assert max(stats["gen_rounds"]) > 1, stats  # a top-up round ran
+    assert stats["moved_samples"] > 0, stats  # the hosts kept unequal shares: rebalanced
+    # A step short of a full batch after max_gen_batches rounds: the last host's block is
+    # padding rows (statistics chunks padded to the longest host).
+    assert np.any(single["kept_groups"] < 2), single["kept_groups"]

@@ -168,6 +168,12 @@ def test_sampler_placement_is_validated():
 
     with pytest.raises(ConfigValueError, match=r"hardware\.sampler_placement='gathered'"):
         TrainConfig.from_config(tiny_cd("unused", **{"hardware.sampler_placement": "gathered"}))
+    two = hosts.Hosts(index=0, count=2)
+    # Several processes: the batch axes must give every process whole row blocks.
+    hosts.check_sampler_placement("sharded", two)
+    hosts.check_sampler_placement("sharded", two, sh.make_mesh({"data": 2, "fsdp": 2, "tensor": 2}))
     with pytest.raises(ConfigValueError, match=r"sampler_placement='sharded'.*2 processes"):
-        hosts.check_sampler_placement("sharded", hosts.Hosts(index=0, count=2))
-    hosts.check_sampler_placement("replica", hosts.Hosts(index=0, count=2))
+        hosts.check_sampler_placement("sharded", hosts.Hosts(index=0, count=2),
+                                      sh.make_mesh({"data": 1, "fsdp": 1, "tensor": 8}))
+    hosts.check_sampler_placement("replica", two, sh.make_mesh({"data": 1, "fsdp": 1,
+                                                                "tensor": 8}))

@@ -5,7 +5,14 @@ every batch (prompts, rollouts, rewards stay on their host), and only the learne
 global batch, as one array sharded over the mesh's batch axes. Sampling and the learner's
 per-sequence statistics run on a host-local replica of the parameters
 (`hardware.sampler_placement="replica"`), or on the learner's sharded parameters over the whole
-mesh ("sharded"; single-host meshes only, see `sampler_params`).
+mesh ("sharded", see `sampler_params`). Sharded on several processes, every device computes for
+every host, so each collective step runs on all processes with the same global inputs:
+  * sampling: `gathered_sample_fn` gathers every host's requests, all processes run the same
+    global request list through the (deterministic) driver, each keeps its own results;
+  * statistics passes: host-local rows become one global array (`to_global`), each host reads
+    its rows of the result back (`local_rows`);
+  * DAPO top-up rounds: the trainer loops while the hosts *together* keep too few groups, and
+    `share_out` deals the kept groups out as one process drawing the whole batch would keep them.
 """
 
 from __future__ import annotations
@@ -13,10 +20,14 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
+import pickle
 
 import jax
 import numpy as np
 from jax.experimental import multihost_utils
+
+# Model / sampler modules are imported inside the functions: processes import this module first,
+# for `maybe_initialize_distributed`, which must run before anything touches a JAX backend.
 
 log = logging.getLogger(__name__)
 
@@ -81,28 +92,44 @@ def local_replica(tree, device=None):
     return jax.tree_util.tree_map(one, tree)
 
 
-def check_sampler_placement(placement: str, hosts: Hosts) -> None:
-    """Raises ConfigValueError when `placement` cannot run on this process layout."""
+def check_sampler_placement(placement: str, hosts: Hosts, mesh=None) -> None:
+    """Raises ConfigValueError when `placement` cannot run on this process layout (`mesh`: the
+    learner's parameter mesh, when known)."""
     from tseeds_jax.rl.config import SAMPLER_PLACEMENTS, ConfigValueError
+    from tseeds_jax.sampling.placement import shards_of
 
     if placement not in SAMPLER_PLACEMENTS:
         raise ConfigValueError(f"config.hardware.sampler_placement={placement!r}: known: "
                                f"{SAMPLER_PLACEMENTS}")
-    if placement == "sharded" and not hosts.single:
-        # Sharded sampling needs every process to run the same driver loop on the same global
-        # request list, and the statistics passes global token arrays; the rollout code keeps
-        # each host's requests local, so this is not wired up yet.
-        raise ConfigValueError(
-            f"config.hardware.sampler_placement={placement!r}: sharded sampling runs on "
-            f"single-host meshes only; this run has {hosts.count} processes (use 'replica')")
+    if placement == "sharded" and not hosts.single and mesh is not None:
+        # The statistics passes hand each host's rows to the mesh as its share of a global
+        # array (`to_global`): every process must own whole row blocks of the batch axes.
+        shards = shards_of(mesh, "batch")
+        if shards % hosts.count:
+            raise ConfigValueError(
+                f"config.hardware.sampler_placement={placement!r}: on {hosts.count} processes "
+                f"the mesh's batch axes (data x fsdp = {shards}) must be a multiple of the "
+                f"process count (config.mesh={dict(mesh.shape)}; or use 'replica')")
 
 
 def sampler_params(params, placement: str, hosts: Hosts):
     """The parameters that sampling and the per-sequence statistics run with: a host-local full
     replica ("replica"), or `params` as they are, sharded over the mesh ("sharded": no gather,
     no copy; the sampler places its KV cache on the same mesh)."""
+    from tseeds_jax.sampling.placement import params_mesh
+
     check_sampler_placement(placement, hosts)
-    return params if placement == "sharded" else local_replica(params)
+    if placement == "sharded" and (hosts.single or params_mesh(params) is not None):
+        return params
+    # Fully replicated parameters on several processes (a data-only mesh): every device holds a
+    # whole copy anyway, and the local one is free to take (no gather).
+    return local_replica(params)
+
+
+def spans_processes(tree) -> bool:
+    """True when some array of `tree` has shards on other processes (collective code paths)."""
+    return any(isinstance(x, jax.Array) and not x.is_fully_addressable
+               for x in jax.tree_util.tree_leaves(tree))
 
 
 def to_global(tree, mesh, hosts: Hosts):
@@ -123,3 +150,92 @@ def gather_rows(x: np.ndarray, hosts: Hosts) -> np.ndarray:
     if hosts.single:
         return np.asarray(x)
     return np.asarray(multihost_utils.process_allgather(np.asarray(x), tiled=True))
+
+
+def local_rows(x: jax.Array, mesh) -> np.ndarray:
+    """This process's rows of a global array split over the mesh's batch axes: the inverse of
+    `to_global` (the rows on this process's devices, in order; replicas read once)."""
+    from tseeds_jax.model.sharding import batch_sharding
+
+    if x.is_fully_addressable:
+        return np.asarray(x)
+    x = jax.device_put(x, batch_sharding(mesh, x.shape))  # no-op when already laid out so
+    blocks = {}
+    for shard in x.addressable_shards:
+        blocks.setdefault(shard.index[0].start or 0, shard.data)
+    return np.concatenate([np.asarray(blocks[k]) for k in sorted(blocks)])
+
+
+def allgather_objects(obj, hosts: Hosts) -> list:
+    """Every host's picklable `obj`, in process order. Collective: all processes call it."""
+    if hosts.single:
+        return [obj]
+    data = np.frombuffer(pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL), np.uint8)
+    # int32 / uint8 only: without jax_enable_x64 a 64-bit array would be narrowed on the device.
+    sizes = gather_rows(np.array([data.size], np.int32), hosts)
+    buf_N = np.zeros(max(int(sizes.max()), 1), np.uint8)
+    buf_N[: data.size] = data
+    every_HN = np.asarray(multihost_utils.process_allgather(buf_N))  # stacked: [hosts, max]
+    return [pickle.loads(every_HN[h, : int(n)].tobytes()) for h, n in enumerate(sizes)]
+
+
+def gathered_sample_fn(sample_fn, hosts: Hosts):
+    """`sample_fn` for parameters sharded over several processes: every device decodes for every
+    host, so all processes must run the same driver loop on the same requests. The wrapper
+    gathers every host's requests (with their global indices, which fix their random streams),
+    runs the global list once, and returns this host's results. Collective: every process calls
+    it, also with no requests of its own (`collective` tells `rollout.continue_samples`).
+
+    seed: (stream seed, first global index | list of global indices), as `make_sample_fn`."""
+
+    def run(params, requests, budgets, seed):
+        if hosts.single or not spans_processes(params):
+            return sample_fn(params, requests, budgets, seed) if requests else []
+        if not isinstance(seed, tuple):
+            raise ValueError("gathered_sample_fn: seed must be (stream, global index), so that "
+                             "requests of different hosts keep distinct random streams")
+        stream, where = seed
+        index = (list(range(where, where + len(requests))) if isinstance(where, (int, np.integer))
+                 else [int(i) for i in where])
+        lengths_N = np.array([len(x) for x in requests], np.int64)
+        flat = np.concatenate([np.asarray(x, np.int32) for x in requests] + [np.zeros(0, np.int32)])
+        every = allgather_objects((int(stream), flat, lengths_N, [int(b) for b in budgets], index),
+                                  hosts)
+        if len({e[0] for e in every}) != 1:
+            raise RuntimeError(f"gathered_sample_fn: the hosts sample with different stream seeds "
+                               f"{[e[0] for e in every]}; they must run the same step")
+        all_requests, all_budgets, all_index = [], [], []
+        for _, flat_h, lengths_h, budgets_h, index_h in every:
+            ends = np.cumsum(lengths_h)
+            all_requests += [flat_h[a:b].tolist() for a, b in zip(ends - lengths_h, ends)]
+            all_budgets += budgets_h
+            all_index += index_h
+        if not all_requests:
+            return []
+        results = sample_fn(params, all_requests, all_budgets, (stream, all_index))
+        first = sum(len(e[2]) for e in every[: hosts.index])
+        return results[first : first + len(requests)]
+
+    run.collective = True
+    return run
+
+
+def share_out(rounds: list[list], counts: list[np.ndarray], quota: int, hosts: Hosts) -> list:
+    """This host's `quota` items of what the hosts together kept over several rounds.
+
+    rounds: this host's kept items per round; counts: per round, every host's count ([hosts]).
+    The global order is round by round, host by host within a round (the order one process
+    drawing every host's prompts keeps them in); its first `quota * hosts` items are dealt out in
+    contiguous blocks of `quota`, so the global batch does not depend on the host count. Items
+    that change hosts travel in one `allgather_objects`, skipped when none do (every host knows).
+    """
+    order = [(r, h, p) for r, c in enumerate(counts) for h in range(hosts.count)
+             for p in range(int(c[h]))][: quota * hosts.count]
+    me = hosts.index
+    leaving = {i: rounds[r][p] for i, (r, h, p) in enumerate(order) if h == me and i // quota != me}
+    arrived: dict = {}
+    if any(h != i // quota for i, (_, h, _) in enumerate(order)):
+        for part in allgather_objects(leaving, hosts):
+            arrived.update(part)
+    mine = range(me * quota, min((me + 1) * quota, len(order)))
+    return [rounds[order[i][0]][order[i][2]] if order[i][1] == me else arrived[i] for i in mine]

@@ -3,7 +3,9 @@
 Letters: N samples of a batch, R response width, K SIS top-K.
 
 The trainer calls these hooks at fixed points of a step; with plain DAPO / Thinking Seeds they are
-no-ops, so those runs are unchanged:
+no-ops, so those runs are unchanged. Their statistics passes go through the trainer's row-chunked
+passes (`Trainer._stats` / `_topk`: `optim.micro_batch_size` rows per forward, global arrays when
+the parameters span several hosts), never one whole-batch forward:
   rollout_kwargs   LUFFY: the trace source's trace for every prompt (first sample of its group).
   collect          M2PO stale mode: the queued batch generated s steps earlier (rl/stale.py).
   after_seed_batch SIS + Thinking Seeds: pi_b's top-K at the seed tokens, computed at refresh time
@@ -67,17 +69,17 @@ class MethodPlugins:
                                      step)
 
     def annotate(self, params, samples: list[rollout.Sample]) -> None:
-        """Attaches the learner's log-probs (and SIS top-K) under `params` to every sample."""
-        if not samples:
-            return
+        """Attaches the learner's log-probs (and SIS top-K) under `params` to every sample.
+        Runs with no samples too: with parameters spread over several hosts the passes are
+        collective (`Trainer._row_pass`), and another host may have samples."""
         r = self.cfg.rollout.max_response_len
         tokens, attn = rollout.sequences_for_stats(
             [(s.prompt_ids, s.response_ids) for s in samples], self.trainer._prompt_width(), r,
             self.trainer.env.pad_id)
-        logp = self.learner.stats(params, tokens, attn, r)[0]
+        logp = self.trainer._stats(params, tokens, attn, r)[0]
         ids = lp = None
         if self.top_k:
-            ids, lp = self.learner.topk(params, tokens, attn, r)
+            ids, lp = self.trainer._topk(params, tokens, attn, r)
         for i, s in enumerate(samples):
             n = len(s.response_ids)
             s.old_logp = logp[i, :n].copy()
@@ -88,7 +90,7 @@ class MethodPlugins:
         if not self.top_k:
             return
         r = self.cfg.rollout.max_response_len
-        ids, lp = self.learner.topk(params, tokens, attn, r)
+        ids, lp = self.trainer._topk(params, tokens, attn, r)
         lengths = self.trainer.cache.batches[step].seed_lengths
         self.seed_topk[step] = [(ids[i, :h].copy(), lp[i, :h].copy())
                                 for i, h in enumerate(lengths.tolist())]
@@ -104,10 +106,10 @@ class MethodPlugins:
         if self.stale is not None or not self.learner.needs_old_logp:
             return batch  # stale: generation-time values came with the samples
         r = self.cfg.rollout.max_response_len
-        batch = batch.replace(old_logp_BR=self.learner.stats(
+        batch = batch.replace(old_logp_BR=self.trainer._stats(
             params, batch.tokens_BT, batch.attn_mask_BT, r)[0])
         if self.top_k:
-            ids, lp = self.learner.topk(params, batch.tokens_BT, batch.attn_mask_BT, r)
+            ids, lp = self.trainer._topk(params, batch.tokens_BT, batch.attn_mask_BT, r)
             keep = batch.topk_valid_BR[..., None] > 0  # seed tokens: pi_b's top-K from the refresh
             batch = batch.replace(
                 topk_ids_BRK=np.where(keep, batch.topk_ids_BRK, ids),

@@ -89,7 +89,10 @@ def continue_samples(sample_fn: SampleFn, params, prompts: Sequence[list[int]], 
         requests.append(list(prompts[g]) + seed_ids[i])
         budgets.append(max_response_len - len(seed_ids[i]))
         index.append(i)
-    results = sample_fn(params, requests, budgets, seed) if requests else []
+    # A collective sampler (hosts.gathered_sample_fn) runs on every host, also with no
+    # requests here: the other hosts' requests need this host's devices.
+    call = bool(requests) or getattr(sample_fn, "collective", False)
+    results = sample_fn(params, requests, budgets, seed) if call else []
     samples: list[Sample | None] = [fixed.get(i) for i in range(n)]
     for i, (tokens, logprobs, finish) in zip(index, results):
         g = i // group_size

@@ -63,7 +63,8 @@ class Trainer:
         self.cfg, self.env = cfg, env
         self.hosts = hosts_lib.Hosts.current()
         # Fail before any work when the sampler placement cannot run on this process layout.
-        hosts_lib.check_sampler_placement(cfg.hardware.sampler_placement, self.hosts)
+        hosts_lib.check_sampler_placement(cfg.hardware.sampler_placement, self.hosts,
+                                          params_mesh(env.params))
         self.batch_sharding = batch_sharding
         self.mesh = None  # the training mesh (set by runner.make_trainer); needed multi-host
         self.learner = Learner(env.graphdef, env.params, cfg.loss, cfg.optim,
@@ -83,33 +84,63 @@ class Trainer:
         return int(self.cfg.data["max_prompt_len"])
 
     def _stats(self, params, tokens_BT, attn_BT, response_width):
-        """Learner statistics (log-probs, entropies) in row chunks of the micro-batch size, so the
-        no-grad passes never hold more activations than one micro-batch of the update.
+        """(logp_BR, entropy_BR) numpy: the learner's log-probs and entropies (row chunks, see
+        `_row_pass`)."""
+        return self._row_pass(params, tokens_BT, attn_BT, response_width, topk=False)
 
-        With params sharded over a mesh (sampler_placement "sharded") each chunk is split over
-        the mesh's batch axes like the update's micro-batches, rounded up to whole rows per
-        device."""
+    def _topk(self, params, tokens_BT, attn_BT, response_width):
+        """(ids_BRK int32, logp_BRK float32) numpy: the policy's SIS top-K at every response
+        position (row chunks, see `_row_pass`)."""
+        return self._row_pass(params, tokens_BT, attn_BT, response_width, topk=True)
+
+    def _row_pass(self, params, tokens_BT, attn_BT, r, *, topk: bool):
+        """A no-grad pass over this host's rows in chunks of the micro-batch size, so that it
+        never holds more activations than one micro-batch of the update.
+
+        With params sharded over a mesh (sampler_placement "sharded") a chunk is split over the
+        mesh's batch axes like the update's micro-batches, rounded up to whole rows per device.
+        If the mesh spans several processes, a chunk is one global array of every host's rows
+        (`micro_batch_size` global rows, as in the update): all hosts run the same number of
+        chunks (padded to the longest host), and each reads its own rows back."""
+        k = self.learner.sis_top_k
         n = len(tokens_BT)
-        if n == 0:
-            return self.learner.stats(params, tokens_BT, attn_BT, response_width)
-        chunk = min(self.cfg.optim.micro_batch_size or n, n)
         mesh = params_mesh(params)
+        spread = mesh is not None and hosts_lib.spans_processes(params)
+        parts = self.hosts.count if spread else 1
+        n_max = int(hosts_lib.gather_rows(np.array([n], np.int32), self.hosts).max()) if spread \
+            else n
+        if n_max == 0:
+            tail = (r, k) if topk else (r,)
+            return ((np.zeros((0,) + tail, np.int32 if topk else np.float32),
+                     np.zeros((0,) + tail, np.float32)))
         shards = 1 if mesh is None else shards_of(mesh, "batch")
-        chunk = -(-chunk // shards) * shards
-        pad = -n % chunk  # equal chunks: one compilation
-        tok, att = tokens_BT, attn_BT
-        if pad:
-            tok = np.concatenate([tokens_BT, np.repeat(tokens_BT[:1], pad, 0)])
-            att = np.concatenate([attn_BT, np.repeat(attn_BT[:1], pad, 0)])
+        chunk = min(self.cfg.optim.micro_batch_size or n_max * parts, n_max * parts)
+        local = -(-chunk // shards) * shards // parts  # whole rows on every device (checked)
+        tok, att = _pad_rows(tokens_BT, attn_BT, -(-n_max // local) * local, self.env.pad_id)
 
-        def rows(x):
+        def put(x):
+            if spread:
+                return hosts_lib.to_global(x, mesh, self.hosts)
             return x if mesh is None else jax.device_put(x, batch_sharding(mesh, x.shape))
 
-        outs = [self.learner.stats(params, rows(tok[i : i + chunk]), rows(att[i : i + chunk]),
-                                   response_width) for i in range(0, len(tok), chunk)]
-        if len(outs) == 1:
-            return tuple(x[:n] for x in outs[0])
-        return tuple(np.concatenate(parts)[:n] for parts in zip(*outs))
+        # The learner's jitted functions, not `Learner.stats` / `topk`: those read results with
+        # np.asarray, which cannot read rows that live on other processes.
+        def forward(t, a):
+            if topk:
+                return self.learner._topk(params, put(t), put(a), int(r), int(k))
+            return self.learner._stats(params, put(t), put(a), int(r))
+
+        read = (lambda x: hosts_lib.local_rows(x, mesh)) if spread else np.asarray
+        outs = [tuple(read(x) for x in forward(tok[i : i + local], att[i : i + local]))
+                for i in range(0, len(tok), local)]
+        return tuple(np.concatenate(pieces)[:n] for pieces in zip(*outs))
+
+    def _sample_fn(self):
+        """env.sample_fn; collective across hosts when the sampler's parameters span several
+        processes (every device decodes for every host: `hosts.gathered_sample_fn`)."""
+        if self.hosts.single or self.cfg.hardware.sampler_placement != "sharded":
+            return self.env.sample_fn
+        return hosts_lib.gathered_sample_fn(self.env.sample_fn, self.hosts)
 
     def _local(self, prompts, refs):
         """This host's contiguous slice of a global batch of prompts, and its first sample index."""
@@ -132,7 +163,7 @@ class Trainer:
         refs = [x for _, lr, _ in local for x in lr]
         index = [j * n_global + first + i for j, (lp, _, first) in enumerate(local)
                  for i in range(len(lp) * g)]
-        behavior = rollout.continue_samples(self.env.sample_fn, params, prompts, refs, g, r,
+        behavior = rollout.continue_samples(self._sample_fn(), params, prompts, refs, g, r,
                                             (stream_seed(c.seed, step, BEHAVIOR), index))
         responses = [s.cont_ids for s in behavior]
         n_tokens = sum(len(x) for x in responses)
@@ -170,7 +201,7 @@ class Trainer:
         else:
             first = self.hosts.index * len(seeds[0])
         t0 = time.perf_counter()
-        samples = rollout.continue_samples(self.env.sample_fn, params, prompts, refs, g, r,
+        samples = rollout.continue_samples(self._sample_fn(), params, prompts, refs, g, r,
                                            (stream_seed(c.seed, step, ROLLOUT), first),
                                            seeds=seeds,
                                            **self.plugins.rollout_kwargs(prompts, step, first))
@@ -184,26 +215,37 @@ class Trainer:
         return samples, info
 
     def _filter_groups(self, params, step, samples, info):
-        """DAPO dynamic sampling: keep groups with unequal rewards; top up with on-policy groups."""
+        """DAPO dynamic sampling: keep groups with unequal rewards; top up with on-policy groups.
+
+        The hosts decide together: every host draws another round while the hosts *together*
+        keep fewer groups than the global batch (each round samples collectively and draws from
+        the shared prompt stream, so all must run the same rounds), and the kept groups are dealt
+        out as one process drawing the whole batch would keep them (`hosts.share_out`)."""
         c = self.cfg
         b, g, r = c.rollout.batch_prompts, c.rollout.group_size, c.rollout.max_response_len
-        kept = _keep_varied_groups(samples, g)
-        quota = len(samples)  # this host's share of the batch
-        rounds = 1
-        while len(kept) < quota and rounds < c.advantage.max_gen_batches:
+        quota = len(samples)  # this host's share of the batch (the same on every host)
+        rounds = [_keep_varied_groups(samples, g)]
+        counts = [self._per_host(len(rounds[0]))]
+        while (sum(int(x.sum()) for x in counts) < quota * self.hosts.count
+               and len(rounds) < c.advantage.max_gen_batches):
             prompts, refs, first = self._local(*self.env.prompts.take(b))
-            extra = rollout.continue_samples(self.env.sample_fn, params, prompts, refs, g, r,
-                                             (stream_seed(c.seed, step, TOPUP, rounds), first),
+            extra = rollout.continue_samples(self._sample_fn(), params, prompts, refs, g, r,
+                                             (stream_seed(c.seed, step, TOPUP, len(rounds)), first),
                                              **self.plugins.rollout_kwargs(prompts, step, first))
             rollout.score_samples(extra, self.env.reward_fn, self.env.decode)
-            kept += _keep_varied_groups(extra, g)
-            rounds += 1
-        kept = kept[:quota]
+            rounds.append(_keep_varied_groups(extra, g))
+            counts.append(self._per_host(len(rounds[-1])))
+        kept = hosts_lib.share_out(rounds, counts, quota, self.hosts)
         for i, s in enumerate(kept):  # renumber groups densely for the advantage computation
             s.group = i // g
-        info["gen_rounds"] = rounds
-        info["kept_groups"] = len(kept) // g
+        info["gen_rounds"] = len(rounds)
+        info["kept_groups"] = min(sum(int(x.sum()) for x in counts),
+                                  quota * self.hosts.count) // g
         return kept
+
+    def _per_host(self, n: int) -> np.ndarray:
+        """[hosts] every host's value of the count `n` (collective on several hosts)."""
+        return hosts_lib.gather_rows(np.array([n], np.int32), self.hosts)
 
     def train_step(self) -> dict[str, Any]:
         c, step = self.cfg, self.step
@@ -305,13 +347,30 @@ def _gather_samples(samples, hosts):
     if hosts.single:
         return samples
     per = np.array([[s.reward, len(s.seed_ids), len(s.cont_ids), s.finish == "stop"]
-                    for s in samples], np.float64)
-    allp = hosts_lib.gather_rows(per, hosts)
+                    for s in samples], np.float64).reshape(-1, 4)
+    # Hosts may hold different numbers of samples (dynamic sampling short of a full batch), and
+    # rewards stay float64: objects, not `gather_rows` (equal shapes, 32-bit on the device).
+    allp = np.concatenate(hosts_lib.allgather_objects(per, hosts))
     return [rollout.Sample(group=i, prompt_ids=[], reference=None,
                            seed_ids=[0] * int(row[1]), seed_logp=np.zeros(int(row[1])),
                            cont_ids=[0] * int(row[2]), cont_logp=np.zeros(int(row[2])),
                            finish="stop" if row[3] else "length", reward=float(row[0]))
             for i, row in enumerate(allp)]
+
+
+def _pad_rows(tokens_BT, attn_BT, rows: int, pad_id: int):
+    """Both arrays padded to `rows` rows (equal chunks: one compilation). Pad rows repeat the first
+    row, or (no rows here: other hosts have some) attend to every position, never to none."""
+    pad = rows - len(tokens_BT)
+    if pad <= 0:
+        return tokens_BT, attn_BT
+    if len(tokens_BT):
+        fill_t, fill_a = tokens_BT[:1], attn_BT[:1]
+    else:
+        fill_t = np.full((1,) + tokens_BT.shape[1:], pad_id, tokens_BT.dtype)
+        fill_a = np.ones((1,) + attn_BT.shape[1:], attn_BT.dtype)
+    return (np.concatenate([tokens_BT, np.repeat(fill_t, pad, 0)]),
+            np.concatenate([attn_BT, np.repeat(fill_a, pad, 0)]))
 
 
 def _cast(params, dtype: str):
