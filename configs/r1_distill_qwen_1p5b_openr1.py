@@ -25,7 +25,7 @@ ARCH = dict(model_type="qwen2", vocab_size=151936, hidden_size=1536, intermediat
             rms_norm_eps=1e-6)
 
 VARIANTS = {
-    "tpu": Slice("v6e-64", fsdp=32, tensor=2),
+    "tpu": Slice("v6e-64", fsdp=32, tensor=2, sampler_placement="sharded"),
     "gpu": Slice("8xH100", fsdp=8, sampler_placement="sharded"),
 }
 

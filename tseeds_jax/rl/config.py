@@ -123,8 +123,8 @@ def default_config() -> ml_collections.ConfigDict:
     c.hardware.num_devices = 0  # 0: from the accelerator name (at run time: jax.device_count())
     c.hardware.sampler_slots = 0  # concurrent decode slots; 0: the sampler's default (<= 256)
     # Where sampling and the per-sequence statistics run: "replica" (a full parameter copy on one
-    # device per host) or "sharded" (the learner's sharded parameters and the whole mesh;
-    # single-host meshes). See docs/scale.md.
+    # device per host) or "sharded" (the learner's sharded parameters and the whole mesh; on
+    # several hosts data x fsdp must be a multiple of the host count). See docs/scale.md.
     c.hardware.sampler_placement = "replica"
 
     c.checkpoint_every = 0  # 0: only at exit

@@ -21,8 +21,8 @@ The model (docs/scale.md explains each term):
   cache split over the batch axes and kv heads over tensor by the rules table. Plus one batched
   prefill (its attention scores are materialised: no flash attention) or one decode step.
 * statistics passes (behavior / old / reference log-probs): no-grad forwards of the rows the
-  trainer gives one call (`micro_batch_size` rows in `Trainer._stats`; a whole batch for the
-  passes in rl/plugins.py), on the replica device or split over the mesh.
+  trainer gives one call (`micro_batch_size` rows per forward in `Trainer._stats` / `_topk`,
+  also for the passes of rl/plugins.py), on the replica device or split over the mesh.
 * host: the seed cache (T-1 batches of B x G seeds: token ids and float32 log-probs / entropies).
 
 Peak HBM = resident + max(learner step, sampler, statistics pass). Activation counts per layer
@@ -79,7 +79,7 @@ class Workload:
     sampler_slots: int = 0  # 0 = the driver's default: next power of two >= requests, <= 256
     sampler_placement: str = "replica"  # "replica" | "sharded" (hardware.sampler_placement)
     stats_rows: int = 0  # sequences per statistics forward; 0 = as the trainer chunks them
-    stats_whole_batch: bool = False  # a statistics pass over a whole batch (rl/plugins.py)
+    plugin_stats: bool = False  # rl/plugins.py runs a statistics pass over each batch (chunked)
     kernel_impl: str = "pallas"  # "pallas" (TPU/GPU) | "chunked" (XLA, CPU default)
     kl_coef: float = 0.0
     old_logp_recompute: bool = False
@@ -357,9 +357,12 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
     else:
         add("sampler", "decode step", sm.decode,
             "logits / sampling buffers, attention scores, output buffers")
-    if w.sampler_placement == "sharded" and plan_sampler.num_hosts(w) > 1:
-        warns.append(f"sampler_placement='sharded' on {plan_sampler.num_hosts(w)} hosts: the "
-                     "trainer runs sharded sampling on single-host meshes only (it raises)")
+    hosts = plan_sampler.num_hosts(w)
+    if w.sampler_placement == "sharded" and hosts > 1 and (w.mesh[0] * w.mesh[1]) % hosts:
+        # rl/hosts.py check_sampler_placement: every process must own whole row blocks.
+        warns.append(f"sampler_placement='sharded' on {hosts} hosts: the mesh's batch axes "
+                     f"(data x fsdp = {w.mesh[0] * w.mesh[1]}) must be a multiple of the process "
+                     "count (the trainer raises)")
 
     # ---- statistics passes (no grad) ----
     srows, snote = plan_sampler.stats_rows_per_device(w)
@@ -446,8 +449,8 @@ def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
         sampler_slots=int(hw.get("sampler_slots", 0) or 0),
         sampler_placement=sampler_placement or hw.get("sampler_placement") or "replica",
         kernel_impl=kernel_impl, kl_coef=cfg.loss.kl_coef, old_logp_recompute=old_logp_recompute,
-        # rl/plugins.py runs these statistics passes on a whole batch (not micro-batched)
-        stats_whole_batch=bool(old_logp_recompute or stale
+        # rl/plugins.py statistics passes over a batch (chunked like Trainer._stats)
+        plugin_stats=bool(old_logp_recompute or stale
                                or (sis_top_k and cfg.seeds.refresh_interval > 1)),
         devices_per_host=per_host)
 

@@ -10,7 +10,9 @@ Two placements (`hardware.sampler_placement`, `tseeds_jax.rl.hosts.sampler_param
 * "sharded": the driver runs on the learner's mesh: parameters as the learner shards them (one
   layer gathered at a time over fsdp), slots and prefill rows split over the batch axes
   ("cache_batch"), kv heads over tensor when they divide (the KV cache layout is read off
-  `KVCache.k_axes` / `v_axes`), statistics chunks split like the update's micro-batches.
+  `KVCache.k_axes` / `v_axes`), statistics chunks split like the update's micro-batches. On a
+  multi-host mesh every host runs the driver on the gathered global request list (data x fsdp
+  must be a multiple of the host count: `rl/hosts.py check_sampler_placement`).
 """
 
 from __future__ import annotations
@@ -122,9 +124,10 @@ def sampler_memory(w, lay, dtype_bytes) -> SamplerMemory:
 def stats_rows_per_device(w) -> tuple[int, str]:
     """(sequences per statistics forward on one device, note).
 
-    trainer._stats (refresh behavior log-probs, reference log-probs) runs `micro_batch_size`
-    rows per forward (all rows when 0), rounded up to whole rows per device when sharded; the
-    plugins' passes (old log-probs recompute, stale annotate, SIS top-K) take a whole batch.
+    Trainer._row_pass (refresh behavior log-probs, reference log-probs, and the plugins' passes:
+    old log-probs recompute, stale annotate, SIS top-K) runs `micro_batch_size` rows per forward
+    (all rows when 0): host-local rows with "replica"; with "sharded" global rows (one global
+    array of every host's rows on a multi-host mesh), rounded up to whole rows per device.
     `w.stats_rows` overrides every pass's rows per forward."""
     sharded = w.sampler_placement == "sharded"
     hosts = 1 if sharded else num_hosts(w)
@@ -134,8 +137,8 @@ def stats_rows_per_device(w) -> tuple[int, str]:
         passes.append(("refresh", w.sequences * (w.refresh_interval - 1), w.micro_batch_size))
     if w.kl_coef:
         passes.append(("reference", w.sequences, w.micro_batch_size))
-    if w.stats_whole_batch:
-        passes.append(("whole-batch", w.sequences, 0))
+    if w.plugin_stats:
+        passes.append(("plugin", w.sequences, w.micro_batch_size))
     best, note = 0, ""
     for name, total, chunk in passes:
         total = -(-total // hosts)

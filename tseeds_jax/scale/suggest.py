@@ -1,7 +1,7 @@
 """Settings that lower a plan's peak: single changes ranked, and a greedy path to a fit.
 
-Each candidate is a config override (or a trainer change, marked "(trainer)") applied to the
-`Workload`, re-estimated with `plan.estimate`.
+Each candidate is a config override applied to the `Workload`, re-estimated with
+`plan.estimate`.
 """
 
 from __future__ import annotations
@@ -59,16 +59,12 @@ def _candidates(w: Workload):
         out.append((f"--config.hardware.sampler_slots={slots // 2}",
                     "fewer concurrent decode slots (smaller KV cache, slower rollouts)",
                     w.replace(sampler_slots=slots // 2)))
-    if w.stats_whole_batch and not w.stats_rows and w.micro_batch_size:
-        out.append(("(trainer) micro-batch the whole-batch statistics passes of rl/plugins.py",
-                    "code change: old-log-prob / stale / SIS top-K passes in micro-batch chunks "
-                    "like Trainer._stats", w.replace(stats_rows=w.micro_batch_size)))
     if w.sampler_placement == "replica":
         hosts = num_hosts(w)
         out.append(("--config.hardware.sampler_placement=sharded",
                     "sample and run the statistics passes on the learner's mesh (parameters, KV "
                     "cache and rows split by the rules table)" +
-                    (f"; the trainer supports it on single-host meshes only ({hosts} hosts here)"
+                    (f"; {hosts} hosts: data x fsdp must be a multiple of {hosts}"
                      if hosts > 1 else ""),
                     w.replace(sampler_placement="sharded")))
     return out
