@@ -59,7 +59,7 @@ class DemoConfig:
     heads: int = 4
     prompt_width: int = 12
     response_width: int = 48
-    # 500 steps put the sampled pass@1 at ~25-27% (greedy ~60%); see docs/demo_results.md.
+    # 500 steps put the sampled pass@1 at ~25-29% (greedy 57-66%); see docs/demo_results.md.
     warm: WarmStartConfig = WarmStartConfig(steps=500, batch_size=32, error_rate=0.15)
     # RL: head-only AdamW 1e-2 gave +10 points in 100 steps in the probes (1e-3: no visible gain)
     rl_steps: int = 100
@@ -70,7 +70,7 @@ class DemoConfig:
     seeds: tuple[int, ...] = (0, 1, 2)
     methods: tuple[str, ...] = ("dapo", "ts_ratio", "ts_entropy", "dapo_minibatch")
     # The mini-batched baseline (4 updates per batch) gets every seed too: it is the fair
-    # on-policy comparison for the seeded runs (it nearly matched them in the first full run).
+    # on-policy comparison for the seeded runs (report: "Against the fair on-policy baseline").
     minibatch_seeds: int = 3
     rl_overrides: tuple[tuple[str, Any], ...] = ()
     # evaluation

@@ -115,10 +115,10 @@ def check_sampler_placement(placement: str, hosts: Hosts, mesh=None) -> None:
 def sampler_params(params, placement: str, hosts: Hosts):
     """The parameters that sampling and the per-sequence statistics run with: a host-local full
     replica ("replica"), or `params` as they are, sharded over the mesh ("sharded": no gather,
-    no copy; the sampler places its KV cache on the same mesh)."""
+    no copy; the sampler places its KV cache on the same mesh). The placement was checked once,
+    when the trainer was built (`check_sampler_placement`)."""
     from tseeds_jax.sampling.placement import params_mesh
 
-    check_sampler_placement(placement, hosts)
     if placement == "sharded" and (hosts.single or params_mesh(params) is not None):
         return params
     # Fully replicated parameters on several processes (a data-only mesh): every device holds a

@@ -33,7 +33,7 @@ from tseeds_jax.sampling.placement import Placement, fetch, params_mesh
 from tseeds_jax.sampling.strategies import make_strategy
 
 # Cap on P * T of one batched prefill per device: bounds the [P, H, T, T] attention scores.
-_PREFILL_TOKENS = 8192
+PREFILL_TOKENS = 8192
 
 
 @dataclasses.dataclass(frozen=True)
@@ -240,13 +240,13 @@ def _run(cfg, graphdef, params, strategy, stops, requests, slots, max_prefill, p
 
 
 def _prefill_groups(requests, max_prefill, shards: int = 1):
-    """Requests grouped by prefill bucket, each group at most _PREFILL_TOKENS padded tokens per
+    """Requests grouped by prefill bucket, each group at most PREFILL_TOKENS padded tokens per
     device (`shards`: devices the rows are split over)."""
     by_bucket: dict[int, list] = collections.defaultdict(list)
     for r in requests:
         by_bucket[core.prefill_bucket(r.tokens.size, max_prefill)].append(r)
     for t, group in sorted(by_bucket.items()):
-        rows = max(1, _PREFILL_TOKENS // t)
+        rows = max(1, PREFILL_TOKENS // t)
         rows = (1 << (rows.bit_length() - 1)) * shards  # a power of two per device
         for i in range(0, len(group), rows):
             yield group[i:i + rows]
@@ -269,12 +269,10 @@ def _prefill_insert(graphdef, params, strategy, state, group, slots_used, num_sl
         tokens[j, :r.tokens.size] = r.tokens
         length[j], key[j], budget[j], slot[j] = r.tokens.size, r.key, r.budget, s
     error = np.zeros((p,), bool)
-    if place is None:
-        prefix = core.prefill(graphdef, strategy, params, tokens, length, key, budget, error)
-        return core.insert(prefix, state, slot)
-    tokens, length, key, budget, error, slot = place.put_rows(tokens, length, key, budget, error,
-                                                              slot)
+    if place is not None:
+        tokens, length, key, budget, error, slot = place.put_rows(tokens, length, key, budget,
+                                                                  error, slot)
     prefix = core.prefill(graphdef, strategy, params, tokens, length, key, budget, error)
-    # The prefix KV laid out like the cache rows it is copied into.
-    prefix = place.place(prefix, place.prefix_shardings(prefix, type(state.cache)))
+    if place is not None:  # the prefix KV laid out like the cache rows it is copied into
+        prefix = place.place(prefix, place.prefix_shardings(prefix, type(state.cache)))
     return core.insert(prefix, state, slot)

@@ -235,13 +235,6 @@ def cache_bucket(length: int) -> int:
     return bucket(length)
 
 
-def _pow2_at_least(n: int) -> int:
-    return 1 << max(n - 1, 0).bit_length()
-
-
-PREFILL_TOKENS = plan_sampler.PREFILL_TOKENS  # per device (tseeds_jax.sampling.driver)
-
-
 # ---------------------------------------------------------------------------------------------
 # the estimate
 

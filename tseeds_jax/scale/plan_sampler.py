@@ -20,10 +20,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
-PREFILL_TOKENS = 8192  # padded tokens of one batched prefill per device (sampling/driver.py)
 
-
-def _pow2_at_least(n: int) -> int:
+def pow2_at_least(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
 
 
@@ -67,6 +65,7 @@ class SamplerMemory:
 
 def sampler_memory(w, lay, dtype_bytes) -> SamplerMemory:
     from tseeds_jax.model import KVCache
+    from tseeds_jax.sampling.driver import PREFILL_TOKENS  # padded prefill tokens per device
     from tseeds_jax.scale.plan import _shard_factor, cache_bucket
 
     m = w.model
@@ -74,7 +73,7 @@ def sampler_memory(w, lay, dtype_bytes) -> SamplerMemory:
     pb, a, sb = (dtype_bytes[x] for x in (m.param_dtype, m.dtype, w.sampler_dtype))
     sharded = w.sampler_placement == "sharded"
     requests = sampler_requests(w)
-    slots = w.sampler_slots or min(256, _pow2_at_least(requests))
+    slots = w.sampler_slots or min(256, pow2_at_least(requests))
     if sharded:
         shards = sizes["data"] * sizes["fsdp"]  # "cache_batch"
         slots = -(-slots // shards) * shards  # the driver rounds slots up to whole rows per device
@@ -107,14 +106,14 @@ def sampler_memory(w, lay, dtype_bytes) -> SamplerMemory:
                     else w.response_len - 1)
     else:
         seed_max = 0
-    t_pre = min(max(16, _pow2_at_least(w.prompt_len + seed_max)), w.prompt_len + w.response_len)
+    t_pre = min(max(16, pow2_at_least(w.prompt_len + seed_max)), w.prompt_len + w.response_len)
     rows = max(1, PREFILL_TOKENS // t_pre)
-    rows = min(1 << (rows.bit_length() - 1), -(-_pow2_at_least(requests) // shards))
+    rows = min(1 << (rows.bit_length() - 1), -(-pow2_at_least(requests) // shards))
     d, f = m.hidden_size, m.intermediate_size
     prefill = (rows * h_dev * t_pre * t_pre * (4 + 4 + a)  # scores, softmax (f32), probs
                + rows * t_pre * m.num_hidden_layers * 2 * k_dev * m.head_size * a  # its own KV
                + rows * t_pre * (4 * d + 3 * f) * a)
-    n_out = max(16, _pow2_at_least(w.response_len))
+    n_out = max(16, pow2_at_least(w.response_len))
     decode = slots_dev * (3 * m.vocab_size * 4 + h_dev * s * 8) + slots_dev * 2 * 4 * n_out
     return SamplerMemory(int(extra), extra_note, int(params_read), int(kv), kv_note, gathered,
                          int(prefill), f"{rows} rows x {t_pre} tokens per device, scores "
