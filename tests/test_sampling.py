@@ -130,6 +130,32 @@ def test_stop_tokens_end_a_request(model):
             assert s.tokens == f.tokens and s.finish_reason == "length"
 
 
+def test_last_emission_runs_no_model_call(model, monkeypatch):
+    # n tokens per request: the prefill samples the first, n - 1 decode steps feed tokens and
+    # sample the rest, and the n-th emission needs no model call (also when a stop token ends
+    # the request). The decode steps run are counted by run_chunk's fourth output.
+    steps = []
+    real = core.run_chunk
+
+    def spy(*args, **kwargs):
+        out = real(*args, **kwargs)
+        steps.append(int(out[3]))
+        return out
+
+    monkeypatch.setattr(core, "run_chunk", spy)
+    prompts = _prompts(3, seed=11)
+    for n in (1, 2, 6):
+        steps.clear()
+        res = generate(model, prompts, max_new_tokens=n, temperature=0)
+        assert [len(r.tokens) for r in res] == [n] * 3 and steps == [n - 1]
+    free = generate(model, prompts[:1], max_new_tokens=8, temperature=0)[0].tokens
+    stop = free[3]
+    steps.clear()
+    res = generate(model, prompts[:1], max_new_tokens=8, temperature=0, stop_tokens=[stop])[0]
+    cut = free.index(stop) + 1
+    assert res.tokens == free[:cut] and res.finish_reason == "stop" and steps == [cut - 1]
+
+
 def test_continuous_batching_refills_slots(model):
     # 7 requests through 2 slots with different lengths: every result equals its solo run.
     prompts = _prompts(7, seed=8)
@@ -182,6 +208,24 @@ def test_new_params_values_do_not_recompile(model):
     assert core.TRACE_COUNTS == before
     assert [r.tokens for r in second] == [r.tokens for r in third]
     assert [r.tokens for r in first] != [r.tokens for r in second]
+
+
+def test_module_input_follows_in_place_weight_updates(model):
+    # generate(module) reuses the module's split graph across calls: updating a weight in place
+    # must still reach the sampler, exactly as a fresh nnx.split of the updated module does.
+    from tseeds_jax.sampling import driver
+
+    m = nnx.merge(*nnx.split(model))  # a private copy
+    prompts = _prompts(3, seed=12)
+    before = generate(m, prompts, max_new_tokens=6, temperature=0)
+    mdef, params = driver.split_model(m)
+    ref_leaves = jax.tree.leaves(nnx.split(m)[1])
+    assert all(a is b for a, b in zip(jax.tree.leaves(params), ref_leaves))
+    m.embed.value = m.embed.value[::-1]  # a different embedding table, same shape
+    after = generate(m, prompts, max_new_tokens=6, temperature=0)
+    fresh = generate(nnx.split(m), prompts, max_new_tokens=6, temperature=0)
+    assert [r.tokens for r in after] == [r.tokens for r in fresh]
+    assert [r.tokens for r in after] != [r.tokens for r in before]
 
 
 def test_bfloat16_params(model):

@@ -21,7 +21,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from tseeds_jax.model.config import ModelConfig
-from tseeds_jax.model.layers import MLP, Attention, RMSNorm, rope_inv_freq
+from tseeds_jax.model.layers import MLP, Attention, RMSNorm, rope_inv_freq, rope_tables
 
 
 @flax.struct.dataclass
@@ -55,6 +55,9 @@ class KVCache:
         return self.k[0].shape[-1]
 
 
+_STACKED_MLP_MIN_ROWS = 256
+
+
 class DecoderLayer(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         pd = jnp.dtype(cfg.param_dtype)
@@ -63,11 +66,15 @@ class DecoderLayer(nnx.Module):
         self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=pd, rngs=rngs)
         self.mlp = MLP(cfg, rngs=rngs)
 
-    def __call__(self, x_BTD, positions_BT, mask_BTS, inv_freq, cache_kv=None, write_B=None):
-        attn, new_kv = self.attn(self.attn_norm(x_BTD), positions_BT, mask_BTS, inv_freq,
-                                 cache_kv, write_B)
+    def __call__(self, x_BTD, rope, mask_BTS, cache_kv=None, write_B=None):
+        attn, new_kv = self.attn(self.attn_norm(x_BTD), rope, mask_BTS, cache_kv, write_B)
         x_BTD = x_BTD + attn
-        x_BTD = x_BTD + self.mlp(self.mlp_norm(x_BTD))
+        # The sampler's small cached calls (decode steps, short prefills) run gate and up as two
+        # matmuls: measured faster on XLA:CPU below ~256 rows than one stacked [D, 2, F] matmul
+        # plus the per-call stacking copy; training and large prefills keep the stacked form.
+        rows = x_BTD.shape[0] * x_BTD.shape[1]
+        stacked = cache_kv is None or rows >= _STACKED_MLP_MIN_ROWS
+        x_BTD = x_BTD + self.mlp(self.mlp_norm(x_BTD), stacked=stacked)
         return x_BTD, new_kv
 
 
@@ -132,14 +139,16 @@ class Transformer(nnx.Module):
             q_abs_BT = write_B[:, None] + jnp.arange(t)[None, :]
             mask_BTS = jnp.arange(cache.max_len)[None, None, :] <= q_abs_BT[:, :, None]
             default_pos = q_abs_BT
+        # Default cached positions stay below the cache length: a table lookup (see rope_tables).
+        table_len = cache.max_len if cache is not None and positions_BT is None else None
         positions_BT = default_pos if positions_BT is None else jnp.asarray(positions_BT)
-        inv_freq = rope_inv_freq(cfg)
+        rope = rope_tables(positions_BT, rope_inv_freq(cfg), table_len)
         x_BTD = self.embed.value[tokens_BT].astype(dt)
         run = _run_layer_remat if cfg.remat else _run_layer
         new_k, new_v = [], []
         for i, layer in enumerate(self.layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])
-            x_BTD, new_kv = run(layer, x_BTD, positions_BT, mask_BTS, inv_freq, kv, write_B)
+            x_BTD, new_kv = run(layer, x_BTD, rope, mask_BTS, kv, write_B)
             if new_kv is not None:
                 new_k.append(new_kv[0])
                 new_v.append(new_kv[1])

@@ -24,7 +24,6 @@ import threading
 import jax
 import jax.numpy as jnp
 import numpy as np
-from flax import nnx
 
 from tseeds_jax.sampling import core
 from tseeds_jax.sampling.driver import cast_params, split_model
@@ -40,7 +39,7 @@ TOKENIZER_PATH = "tseeds:token-ids"  # TokenizerParameters.path of our (id-only)
 def _generate(graphdef, strategy, stop_tokens, params, state):
     """One step; the emitted tokens packed as JetStream's [B, tokens | valid | lengths]."""
     core.TRACE_COUNTS["step"] += 1
-    state, em = core._step(nnx.merge(graphdef, params), strategy, stop_tokens, state)
+    state, em = core._step(core.merge(graphdef, params), strategy, stop_tokens, state)
     data = jnp.stack([em.token_B, em.valid_B.astype(jnp.int32), em.count_B], axis=1)
     return state, data
 
@@ -99,7 +98,7 @@ class TSeedsEngine(engine_api.Engine):
         params = jax.device_put(params, self._device)
         self._params = cast_params(params, param_dtype) if param_dtype else params
         self._graphdef = graphdef
-        self._cfg = nnx.merge(graphdef, self._params).cfg
+        self._cfg = core.merge(graphdef, self._params).cfg
         self._slots = max_concurrent_decodes
         self._max_prefill = max_prefill_length
         self._max_new = max_new_tokens
