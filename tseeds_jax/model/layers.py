@@ -220,25 +220,21 @@ class MLP(nnx.Module):
         """stacked=False: gate and up as two matmuls and no [D, 2, F] copy of the weights (the
         sampler's small cached calls; see `DecoderLayer`)."""
         dt = x_BTD.dtype
-        if not stacked:
-            b, t, d = x_BTD.shape
+        b, t, d = x_BTD.shape
+        if stacked:
+            # One [D, 2, F] matmul instead of two: XLA:CPU otherwise fuses the SiLU backward into
+            # a transposing copy per layer (measured ~40% of this block's forward+backward).
+            # Stacked on a new axis, not concatenated along F, so a tensor-sharded F stays local
+            # to each shard.
+            w_D2F = jnp.stack([self.gate.value, self.up.value], axis=1).astype(dt)
+            gu_BT2F = jnp.einsum("btd,dcf->btcf", x_BTD, w_D2F)
+            g, u = gu_BT2F[..., 0, :], gu_BT2F[..., 1, :]
+        else:
             x2 = x_BTD.reshape(b * t, d)
             g, u = x2 @ self.gate.value.astype(dt), x2 @ self.up.value.astype(dt)
-            if self.bias:
-                g, u = g + self.gate_bias.value.astype(dt), u + self.up_bias.value.astype(dt)
-            y = (jax.nn.silu(g) * u) @ self.down.value.astype(dt)
-            if self.bias:
-                y = y + self.down_bias.value.astype(dt)
-            return y.reshape(b, t, -1)
-        # One [D, 2, F] matmul instead of two: XLA:CPU otherwise fuses the SiLU backward into a
-        # transposing copy per layer (measured ~40% of this block's forward+backward). Stacked on
-        # a new axis, not concatenated along F, so a tensor-sharded F stays local to each shard.
-        w_D2F = jnp.stack([self.gate.value, self.up.value], axis=1).astype(dt)
-        gu_BT2F = jnp.einsum("btd,dcf->btcf", x_BTD, w_D2F)
-        g, u = gu_BT2F[..., 0, :], gu_BT2F[..., 1, :]
         if self.bias:
             g, u = g + self.gate_bias.value.astype(dt), u + self.up_bias.value.astype(dt)
         y = (jax.nn.silu(g) * u) @ self.down.value.astype(dt)
         if self.bias:
             y = y + self.down_bias.value.astype(dt)
-        return y
+        return y.reshape(b, t, -1)
