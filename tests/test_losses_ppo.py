@@ -21,6 +21,7 @@ from test_losses_ref import (
     ref_kl,
     ref_masked_mean,
     ref_policy_loss,
+    ref_vanilla_tokens,
 )
 
 from tseeds_jax.rl import losses
@@ -141,6 +142,55 @@ def test_micro_batches_sum_exactly_to_full_batch(name, mode):
     np.testing.assert_allclose(fm["kl_loss"], want_kl, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(full.loss, want_pg - 0.01 * want_ent + 0.1 * want_kl,
                                rtol=1e-5, atol=1e-6)
+
+
+def _verl_head_sum_norm(L_BT, m_BT, loss_scale):
+    """verl HEAD `agg_loss(..., "seq-mean-token-sum-norm", loss_scale_factor)` restated in float64:
+    the mean over rows that have a valid token of Σ_t L·m, divided by the constant. Returns the
+    value and its derivative with respect to each L[i, t] (the aggregation is linear)."""
+    keep_B = m_BT.sum(-1) > 0
+    n_rows = max(int(keep_B.sum()), 1)
+    value = (L_BT * m_BT).sum(-1)[keep_B].sum() / n_rows / loss_scale
+    return value, m_BT * keep_B[:, None] / n_rows / loss_scale
+
+
+@pytest.mark.parametrize("loss_scale", [None, 11.0])
+def test_seq_mean_token_sum_norm_is_verl_head(loss_scale):
+    """Value and gradient vs verl HEAD's formula, an empty row included, whole and in micro-batches:
+    the loss is a mean over sequences, so it does not grow with the number of rows."""
+    mode = "seq-mean-token-sum-norm"
+    with jax.enable_x64(True):
+        lp, olp, A, m = make_batch(11, B=6, T=7)
+        assert (m.sum(-1) == 0).sum() == 1  # one row with no token
+        L, g, *_ = ref_vanilla_tokens(lp, olp, np.broadcast_to(A[:, None], lp.shape), 0.2, 0.28, 3.0)
+        want, dL = _verl_head_sum_norm(L, m, m.shape[-1] if loss_scale is None else loss_scale)
+        want_grad = g * dL
+
+        def whole(x):
+            return losses.policy_loss(x, olp, A, m, agg_mode=mode, loss_scale=loss_scale)[0]
+
+        np.testing.assert_allclose(whole(jnp.asarray(lp)), want, rtol=1e-10)
+        np.testing.assert_allclose(jax.grad(whole)(jnp.asarray(lp)), want_grad, rtol=1e-10,
+                                   atol=1e-14)
+        # Micro-batches of 2 rows share the mini-batch denominators; their shares add up exactly.
+        dens = losses.agg_denominators(m, loss_scale=loss_scale)
+        dapo = losses.get("dapo")
+        hp = dataclasses.replace(dapo.default_hparams, agg_mode=mode)
+
+        def share(x, rows):
+            inputs = losses.LossInputs.create(x, olp[rows], A[rows], m[rows])
+            return dapo(inputs, hp, denominators=dens).loss
+
+        rows_list = np.split(np.arange(6), 3)
+        total = sum(share(jnp.asarray(lp[r]), r) for r in rows_list)
+        grads = [jax.grad(share)(jnp.asarray(lp[r]), r) for r in rows_list]
+        np.testing.assert_allclose(total, want, rtol=1e-10)
+        np.testing.assert_allclose(np.concatenate(grads), want_grad, rtol=1e-10, atol=1e-14)
+        # Twice the rows (the batch repeated) leaves a sequence mean unchanged; a row sum doubles.
+        lp2, olp2, A2, m2 = (np.concatenate([x, x]) for x in (lp, olp, A, m))
+        doubled = losses.policy_loss(jnp.asarray(lp2), olp2, A2, m2, agg_mode=mode,
+                                     loss_scale=loss_scale)[0]
+        np.testing.assert_allclose(doubled, want, rtol=1e-10)
 
 
 @pytest.mark.parametrize("kind", ["k1", "abs", "k2", "k3"])
@@ -279,6 +329,7 @@ def test_denominators():
     m = np.array([[1, 1, 0], [0, 0, 0], [1, 0, 0]], np.float32)
     d = losses.agg_denominators(m)
     assert float(d.num_tokens) == 3 and float(d.num_rows) == 2 and float(d.loss_scale) == 3
-    assert float(losses.agg_denominator(m, "seq-mean-token-sum-norm", loss_scale=7)) == 7
+    # two non-empty rows times the constant
+    assert float(losses.agg_denominator(m, "seq-mean-token-sum-norm", loss_scale=7)) == 14
     assert float(losses.agg_denominator(np.zeros((2, 3)), "token-mean")) == 1.0
     assert ref_masked_mean(np.ones(3), np.zeros(3)) == 0.0

@@ -19,16 +19,18 @@ def ref_agg(L, m, mode, loss_scale=None):
     if mode == "token-mean":
         n = m.sum()
         return float((L * m).sum() / n) if n > 0 else 0.0
-    if mode == "seq-mean-token-sum-norm":
-        return float((L * m).sum() / (T if loss_scale is None else loss_scale))
     per_row = []
     for i in range(B):
         n_i = m[i].sum()
         if n_i == 0:
             continue
         s_i = float((L[i] * m[i]).sum())
-        per_row.append(s_i if mode == "seq-mean-token-sum" else s_i / n_i)
-    return float(np.mean(per_row)) if per_row else 0.0
+        per_row.append(s_i / n_i if mode == "seq-mean-token-mean" else s_i)
+    if not per_row:
+        return 0.0
+    if mode == "seq-mean-token-sum-norm":  # Dr. GRPO: row mean of token sums / constant
+        return float(np.mean(per_row) / (T if loss_scale is None else loss_scale))
+    return float(np.mean(per_row))
 
 
 def ref_agg_weights(m, mode, loss_scale=None):
@@ -37,11 +39,10 @@ def ref_agg_weights(m, mode, loss_scale=None):
     w = np.zeros((B, T))
     if mode == "token-mean":
         return m / m.sum() if m.sum() > 0 else w
-    if mode == "seq-mean-token-sum-norm":
-        return m / (T if loss_scale is None else loss_scale)
     rows = [i for i in range(B) if m[i].sum() > 0]
+    scale = (T if loss_scale is None else loss_scale) if mode == "seq-mean-token-sum-norm" else 1.0
     for i in rows:
-        w[i] = m[i] / len(rows) / (m[i].sum() if mode == "seq-mean-token-mean" else 1.0)
+        w[i] = m[i] / len(rows) / (m[i].sum() if mode == "seq-mean-token-mean" else 1.0) / scale
     return w
 
 
@@ -284,13 +285,14 @@ def test_reference_hand_values():
     np.testing.assert_allclose(loss, (-1.28 + 0.8 + 6.0 - 0.5) / 4)
     assert metrics["pg_clipfrac"] == 0.5 and metrics["pg_clipfrac_lower"] == 0.25
     np.testing.assert_allclose(metrics["ppo_kl"], -1.5 / 4)
-    # seq-mean-token-mean excludes the empty row; token-sum-norm divides by the constant.
+    # seq-mean modes exclude the empty row; token-sum-norm then divides by the constant.
     L = np.array([[1.0, 2.0, 9.0], [3.0, 0.0, 0.0], [5.0, 5.0, 5.0]])
     mm = np.array([[1, 1, 0], [1, 0, 0], [0, 0, 0]], float)
     assert ref_agg(L, mm, "token-mean") == 2.0
     assert ref_agg(L, mm, "seq-mean-token-mean") == (1.5 + 3.0) / 2
     assert ref_agg(L, mm, "seq-mean-token-sum") == 3.0
-    assert ref_agg(L, mm, "seq-mean-token-sum-norm") == 2.0
+    # (row sums 3 and 3, the empty row not counted) / 2 rows / T = 3
+    assert ref_agg(L, mm, "seq-mean-token-sum-norm") == 1.0
     assert ref_agg(L, np.zeros_like(mm), "seq-mean-token-mean") == 0.0
 
 

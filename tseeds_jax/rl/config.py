@@ -84,7 +84,7 @@ def default_config() -> ml_collections.ConfigDict:
     c.loss.kl_coef = 0.0  # KL to the initial (reference) policy; 0 disables the reference model
     c.loss.kl_type = "k3"
     c.loss.params = ml_collections.ConfigDict({}, type_safe=False)  # loss-specific hparams by field
-    c.loss.loss_scale = 0.0  # seq-mean-token-sum-norm constant (LUFFY/Dr.GRPO); 0: max_response_len
+    c.loss.loss_scale = 0.0  # seq-mean-token-sum-norm divisor after the row mean; 0: max_response_len
 
     c.offpolicy = ml_collections.ConfigDict()  # LUFFY: 1 off-policy trace + G-1 on-policy per group
     c.offpolicy.source = ""  # "" off | "jsonl:PATH" | "task" | "model:hf:DIR|orbax:DIR|run:DIR"

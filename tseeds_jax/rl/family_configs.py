@@ -56,7 +56,7 @@ def apply_method(c: ml_collections.ConfigDict, method: str, *, scale: str = "tin
     elif method == "luffy":
         c.loss.name = "luffy"
         c.loss.params = {"gamma": 0.1, "on_policy_clip": False}  # LUFFY run: loss_remove_clip
-        c.loss.agg_mode = "seq-mean-token-sum-norm"  # Σ L·m / max_response_len (LUFFY run)
+        c.loss.agg_mode = "seq-mean-token-sum-norm"  # mean_i Σ_t L·m / max_response_len (Dr. GRPO)
         c.advantage.norm_by_std = False  # LUFFY run: grpo_use_std=False
         # tiny: the task's worked solutions stand in for a stronger model's traces;
         # paper: a JSONL of solutions (e.g. DeepSeek-R1 traces of OpenR1-Math) per prompt.

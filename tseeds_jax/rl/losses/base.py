@@ -14,7 +14,10 @@ Aggregation modes (verl `agg_loss` at HEAD b178a3c, restated):
   token-mean              Σ_it L·m / Σ_it m                         (mini-batch token mean)
   seq-mean-token-sum      Σ_i [Σ_t L·m] / #rows with Σ_t m > 0
   seq-mean-token-mean     Σ_i [Σ_t L·m / Σ_t m] / #rows with Σ_t m > 0
-  seq-mean-token-sum-norm Σ_it L·m / loss_scale                      (constant, default T)
+  seq-mean-token-sum-norm Σ_i [Σ_t L·m] / (#rows with Σ_t m > 0 · loss_scale)   (Dr. GRPO)
+The last is the seq-mean of per-row token sums divided by a constant (default T): verl HEAD's and
+Dr. GRPO's form. verl v0.5.0 summed over rows instead (Σ_it L·m / loss_scale), so its loss and
+gradient grew with the number of sequences in the batch; that form is not offered.
 Edge semantics: a row with no valid token contributes nothing and is not counted; a mini-batch with
 no valid token gives loss 0 (the denominator is then 1, never 0), never NaN. Inside a row we divide by
 the exact Σ_t m (verl adds 1e-8; the difference is ≤ 1e-8 relative for 0/1 masks).
@@ -65,7 +68,8 @@ class Denominators:
     """Mini-batch denominators of every aggregation mode; compute once per optimizer step.
 
     Fields are scalar float arrays: `num_tokens` = Σ m (1 if the mini-batch has no valid token),
-    `num_rows` = rows with Σ_t m > 0 (1 if none), `loss_scale` = the sum-norm constant.
+    `num_rows` = rows with Σ_t m > 0 (1 if none), `loss_scale` = the sum-norm constant (the mode's
+    denominator is `num_rows · loss_scale`).
     """
 
     num_tokens: Array
@@ -77,7 +81,7 @@ class Denominators:
         if mode is AggMode.TOKEN_MEAN:
             return self.num_tokens
         if mode is AggMode.SEQ_MEAN_TOKEN_SUM_NORM:
-            return self.loss_scale
+            return self.num_rows * self.loss_scale
         return self.num_rows
 
 
@@ -93,8 +97,8 @@ def agg_denominators(mask_BT: ArrayLike, *, loss_scale: float | None = None) -> 
 
     Args:
       mask_BT: [B, T] 0/1 (bool, int or float) loss mask of the *mini-batch* (all micro-batches).
-      loss_scale: constant of `seq-mean-token-sum-norm`; default T (use the max response length so it
-        stays constant during training; pass T_max·B_rows for a per-sequence Dr.GRPO mean).
+      loss_scale: constant divisor of `seq-mean-token-sum-norm` (after the mean over rows); default T
+        (use the max response length so it stays constant during training).
     """
     mask_BT = _check_mask(mask_BT)
     if loss_scale is not None and not loss_scale > 0:

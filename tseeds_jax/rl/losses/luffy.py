@@ -8,9 +8,11 @@ Off-policy tokens (`LossInputs.seed_mask_BT` = 1; for Thinking Seeds the seed to
   ∂L/∂lp = -A · γp / (p + γ)² (up-weights low-probability tokens).
 On-policy tokens: r = exp(clamp(lp - olp, ±20)) (the clamp is ours, for safety);
   L = -A·r (LUFFY run: loss_remove_clip) or max(-A·r, -A·clip(r, 1-ε_l, 1+ε_h)) (no dual clip).
-Aggregation: `agg_mode`; token-mean over on+off tokens together, or the run's constant-length
-normaliser Σ(L·m) / T_max = `seq-mean-token-sum-norm` with `agg_denominators(mask,
-loss_scale=T_max)`. The default here is token-mean.
+Aggregation: `agg_mode`; token-mean over on+off tokens together, or a constant-length normaliser,
+`seq-mean-token-sum-norm` with `agg_denominators(mask, loss_scale=T_max)`: mean over rows of
+Σ_t(L·m) / T_max (Dr. GRPO, verl HEAD). The LUFFY run's vendored verl summed over rows instead
+(Σ(L·m) / T_max); the two differ by the row count, a constant factor per batch size. The default
+here is token-mean.
 """
 
 from __future__ import annotations
