@@ -16,9 +16,9 @@ from __future__ import annotations
 
 import dataclasses
 import errno
+import json
 import math
 import os
-import resource
 import select
 import shutil
 import signal
@@ -28,12 +28,13 @@ import time
 import warnings
 from pathlib import Path
 
-from tseeds_jax.rewards import _linux as lx
+from tseeds_jax.rewards import _mounts
+from tseeds_jax.rewards._children import SAFE_PATH, setup_child
+from tseeds_jax.rewards._mounts import SetupError, step
 
 UID_BASE = 1_500_000_000  # + worker pid (pid_max <= 2**22): a uid range no real account uses
 _PROJECT = Path(__file__).resolve().parents[2]
 PROJECT_ROOT = str(_PROJECT) if (_PROJECT / "pyproject.toml").exists() else None
-SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,7 +61,8 @@ class SandboxLimits:
 @dataclasses.dataclass
 class RunResult:
     """Outcome of one run. status: ok | exit_nonzero | timeout | cpu_limit | memory | output_limit |
-    killed | sandbox_error."""
+    killed | sandbox_error. error (sandbox_error only): {"step", "errno", "errno_name", "error"} —
+    which setup step failed (which mount, which exec) and the OS error."""
 
     status: str
     exit_code: int | None
@@ -69,6 +71,7 @@ class RunResult:
     wall_s: float
     cpu_s: float
     isolation: dict
+    error: dict | None = None
 
 
 def _hidden_paths(extra: tuple[str, ...]) -> list[str]:
@@ -84,30 +87,41 @@ def _hidden_paths(extra: tuple[str, ...]) -> list[str]:
     return out
 
 
-def _under(path: str, root: str) -> bool:
-    return path == root or path.startswith(root.rstrip("/") + "/")
-
-
-def _accessible_to_others(path: str) -> bool:
-    """True if every ancestor directory is o+x and the file o+x (a foreign uid can exec it)."""
-    p = Path(path)
-    for d in [*p.parents]:
-        if not os.stat(d).st_mode & 0o001:
+def _reachable_by_others(path: str) -> bool:
+    """True if a foreign uid can exec `path`: every directory on the way (through each symlink met)
+    o+x and the file itself o+x."""
+    real, links = _mounts.resolve(path)
+    for p in [real] + [loc for loc, _ in links]:
+        if any(not os.stat(d).st_mode & 0o001 for d in Path(p).parents):
             return False
-    return bool(os.stat(p).st_mode & 0o001)
+    return bool(os.stat(real).st_mode & 0o001)
 
 
-def _python_for(mount_ns: bool, foreign_uid: bool) -> str:
-    exe = os.path.realpath(sys.executable)
-    if mount_ns or not foreign_uid or _accessible_to_others(exe):
-        return exe
-    # Without a mount namespace the interpreter under e.g. /root/.pyenv is unreachable for the
-    # sandbox uid; a system interpreter is the only way to run the program at all.
+def interpreter_paths() -> list[str]:
+    """What the interpreter's startup reads, as it names it: the executable (a venv's symlink
+    chain included), the prefixes, a venv's base interpreter and `home` (pyvenv.cfg)."""
+    paths = [sys.executable, sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+             getattr(sys, "_base_executable", "")]
+    cfg = Path(sys.prefix, "pyvenv.cfg")
+    if cfg.is_file():
+        for line in cfg.read_text(errors="replace").splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "home" and value.strip():
+                paths.append(value.strip())
+    return [p for p in dict.fromkeys(paths) if p and os.path.isabs(p) and os.path.exists(p)]
+
+
+def _fallback_python() -> str:
+    """The interpreter when there is no mount namespace and the program runs as a foreign uid."""
+    if _reachable_by_others(sys.executable):
+        return sys.executable
+    # e.g. a venv or pyenv under /root: unreachable for the sandbox uid; a system interpreter is
+    # the only way to run the program at all.
     for d in SAFE_PATH.split(":"):
         cand = os.path.join(d, "python3")
-        if os.path.exists(cand) and _accessible_to_others(os.path.realpath(cand)):
+        if os.path.exists(cand) and _reachable_by_others(cand):
             return cand
-    return exe
+    return sys.executable
 
 
 _WARNED: set[str] = set()
@@ -117,69 +131,6 @@ def _warn_once(msg: str) -> None:
     if msg not in _WARNED:
         _WARNED.add(msg)
         warnings.warn(msg, RuntimeWarning, stacklevel=3)
-
-
-def _unshare(root: bool) -> dict:
-    """In the setup child: enter as many new namespaces as the system allows."""
-    got = {"user": False, "mount": False, "net": False, "pid": False, "ipc": False}
-    if os.environ.get("TSEEDS_SANDBOX_NO_NAMESPACES") == "1":  # exercise/force the fallback path
-        return got
-    before = os.stat("/proc/self/ns/mnt").st_ino
-    if not root:
-        uid, gid = os.getuid(), os.getgid()
-        try:
-            lx.unshare(lx.CLONE_NEWUSER)
-            Path("/proc/self/setgroups").write_text("deny")
-            Path("/proc/self/uid_map").write_text(f"{uid} {uid} 1")
-            Path("/proc/self/gid_map").write_text(f"{gid} {gid} 1")
-            got["user"] = True
-        except OSError:
-            return got
-    flags = {"mount": lx.CLONE_NEWNS, "net": lx.CLONE_NEWNET, "pid": lx.CLONE_NEWPID, "ipc": lx.CLONE_NEWIPC}
-    try:
-        lx.unshare(sum(flags.values()))
-        got.update({k: True for k in flags})
-    except OSError:
-        for k, f in flags.items():
-            try:
-                lx.unshare(f)
-                got[k] = True
-            except OSError:
-                pass
-    # Never mount anything unless the mount namespace is verifiably a new one.
-    got["mount"] = got["mount"] and os.stat("/proc/self/ns/mnt").st_ino != before
-    return got
-
-
-def _mount_flags(opts: str) -> int:
-    table = {"nosuid": lx.MS_NOSUID, "nodev": lx.MS_NODEV, "noexec": lx.MS_NOEXEC}
-    return sum(table.get(o, 0) for o in set(opts.split(",")))
-
-
-def _setup_mounts(hide: list[str], keep: list[str], tmpfs_mb: int) -> None:
-    """In the setup child's private mount namespace: everything read-only, fresh tmpfs over /tmp and
-    the hidden paths, interpreter directories bound back read-only where a hidden path covers them."""
-    lx.mount(None, "/", None, lx.MS_REC | lx.MS_PRIVATE)
-    keep_fds = [(k, os.open(k, os.O_PATH | os.O_DIRECTORY)) for k in keep if any(_under(k, h) for h in hide)]
-    for line in Path("/proc/self/mountinfo").read_text().splitlines():
-        fields = line.split()
-        mp, opts = fields[4].replace("\\040", " "), fields[5]
-        if any(_under(mp, p) for p in ("/proc", "/sys", "/dev")) or "ro" in opts.split(","):
-            continue
-        try:
-            lx.mount(None, mp, None, lx.MS_REMOUNT | lx.MS_BIND | lx.MS_RDONLY | _mount_flags(opts))
-        except OSError:
-            pass  # best effort: a mount we cannot remount stays as it is (documented)
-    lx.mount("tmpfs", "/tmp", "tmpfs", lx.MS_NOSUID | lx.MS_NODEV, f"size={tmpfs_mb}m,mode=755")
-    for h in hide:
-        if _under(h, "/tmp"):  # e.g. a checkout under /tmp: already hidden by the fresh /tmp
-            continue
-        lx.mount("tmpfs", h, "tmpfs", lx.MS_NOSUID | lx.MS_NODEV, "size=1m,mode=755")
-    for target, fd in keep_fds:
-        os.makedirs(target, exist_ok=True)
-        lx.mount(f"/proc/self/fd/{fd}", target, None, lx.MS_BIND | lx.MS_REC)
-        lx.mount(None, target, None, lx.MS_REMOUNT | lx.MS_BIND | lx.MS_RDONLY | lx.MS_NOSUID | lx.MS_NODEV)
-        os.close(fd)
 
 
 def _sweep_uid(uid: int) -> None:
@@ -198,93 +149,9 @@ def _sweep_uid(uid: int) -> None:
     os.waitpid(pid, 0)
 
 
-def _program_child(cfg: dict, fds: dict) -> None:
-    """Runs in the program process (pid 1 of its namespace when available); never returns."""
-    iso, limits = cfg["isolation"], cfg["limits"]
-    if iso["mount"] and iso["pid"]:
-        lx.mount("proc", "/proc", "proc", lx.MS_NOSUID | lx.MS_NODEV | lx.MS_NOEXEC)
-    os.dup2(fds["stdin"], 0)
-    os.dup2(fds["stdout"], 1)
-    os.dup2(fds["stderr"], 2)
-    status_fd = fds["status"]
-    os.closerange(3, status_fd)
-    os.closerange(status_fd + 1, 4096)
-    rl = [
-        # soft == hard: the kernel then sends SIGKILL at the limit (SIGXCPU is ignored by a pid-1 program)
-        (resource.RLIMIT_CPU, math.ceil(limits.cpu_s), math.ceil(limits.cpu_s)),
-        (resource.RLIMIT_AS, limits.memory_mb << 20, limits.memory_mb << 20),
-        (resource.RLIMIT_FSIZE, limits.fsize_mb << 20, limits.fsize_mb << 20),
-        (resource.RLIMIT_NOFILE, limits.nofile, limits.nofile),
-        (resource.RLIMIT_CORE, 0, 0),
-    ]
-    if cfg["uid"] is not None:
-        rl.append((resource.RLIMIT_NPROC, limits.nproc, limits.nproc))
-    for what, soft, hard in rl:
-        resource.setrlimit(what, (soft, hard))
-    if cfg["uid"] is not None:
-        os.setgroups([])
-        os.setresgid(cfg["uid"], cfg["uid"], cfg["uid"])
-        os.setresuid(cfg["uid"], cfg["uid"], cfg["uid"])
-    lx.set_no_new_privs()
-    lx.set_parent_death_signal(signal.SIGKILL)  # after setuid: a credential change clears it
-    if iso["seccomp"]:
-        lx.install_socket_filter()
-    os.chdir(cfg["workdir"])
-    env = {"PATH": SAFE_PATH, "HOME": cfg["workdir"], "TMPDIR": cfg["workdir"], "LANG": "C.UTF-8"}
-    os.execve(cfg["python"], [cfg["python"], "-I", "-B", "main.py"], env)
-
-
-def _setup_child(cfg: dict, fds: dict) -> None:
-    """Runs in the setup child (root or the calling user); never returns."""
-    code = 1
-    try:
-        os.setsid()
-        lx.set_parent_death_signal(signal.SIGKILL)  # a killed worker takes its sandbox with it
-        lx.set_child_subreaper()  # without a pid namespace, orphans come back here to be reaped
-        root = os.geteuid() == 0
-        iso = _unshare(root)
-        iso["seccomp"] = cfg["seccomp"] and lx.seccomp_supported()
-        uid = cfg["sandbox_uid"] if root else None
-        if iso["mount"]:
-            _setup_mounts(cfg["hide"], cfg["keep"], cfg["limits"].tmpfs_mb)
-            workdir = "/tmp/work"
-            os.mkdir(workdir, 0o700)
-        else:
-            workdir = cfg["fallback_workdir"]
-        Path(workdir, "main.py").write_text(cfg["source"])
-        if uid is not None:
-            os.chown(workdir, uid, uid)
-        child_cfg = dict(cfg, isolation=iso, uid=uid, workdir=workdir)
-        child_cfg["python"] = _python_for(iso["mount"], uid is not None)
-        pid = os.fork()
-        if pid == 0:
-            try:
-                _program_child(child_cfg, fds)
-            except BaseException as e:  # noqa: BLE001 - report any setup failure, then die
-                os.write(fds["status"], f"err program setup: {e!r}\n".encode())
-            os._exit(127)
-        for k in ("stdin", "stdout", "stderr"):
-            os.close(fds[k])
-        os.write(
-            fds["status"],
-            f"pid {pid} {int(iso['net'])}{int(iso['mount'])}{int(iso['pid'])}"
-            f"{int(iso['seccomp'])}\n".encode(),
-        )
-        _, wstatus, ru = os.wait4(pid, 0)
-        os.write(fds["status"], f"exit {wstatus} {ru.ru_utime + ru.ru_stime:.4f}\n".encode())
-        while True:  # reap stray descendants as the worker's uid sweep kills them
-            try:
-                os.wait()
-            except ChildProcessError:
-                break
-        code = 0
-    except BaseException as e:  # noqa: BLE001
-        try:
-            os.write(fds["status"], f"err sandbox setup: {e!r}\n".encode())
-        except OSError:
-            pass
-    finally:
-        os._exit(code)
+def _setup_failed(err: SetupError, t0: float) -> RunResult:
+    return RunResult("sandbox_error", None, "", f"sandbox setup failed: {err}", time.monotonic() - t0,
+                     0.0, {}, err.as_dict())
 
 
 def run_program(
@@ -301,34 +168,39 @@ def run_program(
     """
     if not isinstance(source, str) or not isinstance(stdin, str):
         raise TypeError(f"source and stdin must be str, got {type(source).__name__}/{type(stdin).__name__}")
+    t0 = time.monotonic()
     root = os.geteuid() == 0
     uid = UID_BASE + os.getpid() if root else None
-    fallback_dir = tempfile.mkdtemp(prefix="tseeds_sbx_")
+    try:
+        # Planned here, on the host's view: inside the new namespace these paths may be covered.
+        plan = step("plan mounts", _mounts.plan, _hidden_paths(tuple(extra_hidden)), interpreter_paths())
+        fallback_python = step("find an interpreter", _fallback_python) if root else sys.executable
+        fallback_dir = step("make work directory", tempfile.mkdtemp, prefix="tseeds_sbx_")
+    except SetupError as e:
+        return _setup_failed(e, t0)
     os.chmod(fallback_dir, 0o711)
     workdir = os.path.join(fallback_dir, "work")
     os.mkdir(workdir, 0o700)
-    keep = sorted(
-        {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, os.path.dirname(sys.executable))}
-    )
     cfg = {
         "source": source,
         "limits": limits,
         "sandbox_uid": uid,
         "seccomp": seccomp,
-        "hide": _hidden_paths(tuple(extra_hidden)),
-        "keep": keep,
+        "plan": plan,
+        "refused": list(plan.refused),
+        "python": sys.executable,
+        "fallback_python": fallback_python,
         "fallback_workdir": workdir,
     }
     r_in, w_in = os.pipe()
     r_out, w_out = os.pipe()
     r_err, w_err = os.pipe()
     r_st, w_st = os.pipe2(os.O_CLOEXEC)
-    t0 = time.monotonic()
     setup_pid = os.fork()
     if setup_pid == 0:
         for fd in (w_in, r_out, r_err, r_st):
             os.close(fd)
-        _setup_child(cfg, {"stdin": r_in, "stdout": w_out, "stderr": w_err, "status": w_st})
+        setup_child(cfg, {"stdin": r_in, "stdout": w_out, "stderr": w_err, "status": w_st})
     for fd in (r_in, w_out, w_err, w_st):
         os.close(fd)
     try:
@@ -389,7 +261,7 @@ def _supervise(setup_pid, uid, limits, data, w_in, r_out, r_err, r_st, t0) -> Ru
                         if uid is not None:
                             _sweep_uid(uid)  # background children die with the program
                     elif line.startswith("err "):
-                        status = status or "sandbox_error"
+                        deadline = min(deadline, time.monotonic() + 1.0)
         if len(out) > limits.output_bytes or len(err) > limits.stderr_bytes:
             status = "output_limit"
             break
@@ -402,20 +274,23 @@ def _supervise(setup_pid, uid, limits, data, w_in, r_out, r_err, r_st, t0) -> Ru
     # Let the setup child reap the program and strays (a zombie handed to the system init may
     # linger and count against RLIMIT_NPROC), then make sure it is gone.
     for _ in range(400):
-        if os.waitpid(setup_pid, os.WNOHANG)[0] != 0:
+        done, setup_status = os.waitpid(setup_pid, os.WNOHANG)
+        if done:
             break
         time.sleep(0.005)
     else:
         _kill(setup_pid)
-        os.waitpid(setup_pid, 0)
+        _, setup_status = os.waitpid(setup_pid, 0)
     if uid is not None:
         _sweep_uid(uid)
     for fd in (r_out, r_err, r_st):
         os.close(fd)
     wall = time.monotonic() - t0
-    text = st.decode(errors="replace")
-    iso_flags = next((ln.split()[2] for ln in text.splitlines() if ln.startswith("pid ")), "0000")
-    isolation = dict(zip(("net", "mount", "pid", "seccomp"), (c == "1" for c in iso_flags)), uid=uid)
+    lines = st.decode(errors="replace").splitlines()
+    iso = next((json.loads(ln[4:]) for ln in lines if ln.startswith("iso ")), {})
+    info = next((json.loads(ln.split(" ", 2)[2]) for ln in lines if ln.startswith("pid ")), {})
+    isolation = {k: bool(iso.get(k)) for k in ("net", "mount", "pid", "seccomp")}
+    isolation.update(uid=uid, python=info.get("python"), writable_mounts=info.get("writable_mounts", []))
     for what in ("net", "mount", "pid"):
         if prog_pid is not None and not isolation[what]:
             _warn_once(f"sandbox: no new {what} namespace available; see docs/sandbox.md")
@@ -424,11 +299,18 @@ def _supervise(setup_pid, uid, limits, data, w_in, r_out, r_err, r_st, t0) -> Ru
         wstatus, cpu = int(exit_line.split()[1]), float(exit_line.split()[2])
         exit_code = os.waitstatus_to_exitcode(wstatus)
     stderr_tail = err[-2000:].decode(errors="replace")
-    if status is None:
-        if "err " in text:
-            status = "sandbox_error"
-            stderr_tail = text[-2000:]
-        elif exit_code == 0:
+    error = next((json.loads(ln[4:]) for ln in lines if ln.startswith("err ")), None)
+    if error is None and status is None and exit_line is None:
+        # The setup child died without a word (killed, or it crashed before reporting).
+        error = {"step": "sandbox setup", "errno": None, "errno_name": None,
+                 "error": f"setup process ended with status {os.waitstatus_to_exitcode(setup_status)}"}
+    if error is None and status is None:
+        error = _interpreter_failure(exit_code, stderr_tail, isolation["python"])
+    if error is not None:
+        status = "sandbox_error"
+        stderr_tail = f"sandbox setup failed: {error['step']}: {error['error']}\n{stderr_tail}"[:2000]
+    elif status is None:
+        if exit_code == 0:
             status = "ok"
         elif exit_code == -signal.SIGKILL and cpu >= 0.9 * math.ceil(limits.cpu_s):
             status = "cpu_limit"
@@ -446,7 +328,26 @@ def _supervise(setup_pid, uid, limits, data, w_in, r_out, r_err, r_st, t0) -> Ru
         wall,
         cpu,
         isolation,
+        error,
     )
+
+
+# How an interpreter that cannot start (missing stdlib or shared library) fails before running a
+# line of the program. A program can print these too; it then scores 0 as sandbox_error instead
+# of runtime_error, and a training run stops only if *every* response of a step does it.
+_STARTUP_FAILURES = (
+    "Fatal Python error: init",
+    "Could not find platform",
+    "error while loading shared libraries",
+)
+
+
+def _interpreter_failure(exit_code, stderr_tail: str, python) -> dict | None:
+    first = stderr_tail.lstrip().split("\n", 1)[0]
+    if exit_code in (1, 127) and any(m in first for m in _STARTUP_FAILURES):
+        return {"step": f"start interpreter {python}", "errno": None, "errno_name": None,
+                "error": first[:300]}
+    return None
 
 
 def _kill(pid: int) -> None:
