@@ -14,7 +14,7 @@ import ml_collections
 from ml_collections import config_dict
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-TRUNCATIONS = ("ratio", "entropy")
+TRUNCATIONS = ("ratio", "entropy", "success_target")  # seed selectors (seeds/selection.py)
 VARIANTS = ("state+action", "state")
 OLD_LOGP_MODES = ("auto", "shortcut", "recompute")
 OFFPOLICY_MISSING = ("error", "on_policy")
@@ -66,11 +66,17 @@ def default_config() -> ml_collections.ConfigDict:
 
     c.seeds = ml_collections.ConfigDict()
     c.seeds.refresh_interval = 1  # T: behavior snapshot every T steps; T=1 is on-policy DAPO
-    c.seeds.truncation = "ratio"  # "ratio" | "entropy"
+    c.seeds.truncation = "ratio"  # "ratio" | "entropy" | "success_target" (docs/adaptive_seeds.md)
     c.seeds.ratio = 0.5  # ratio truncation: keep round(|o| * ratio) tokens (at most |o|-1)
     c.seeds.top_k = 32  # entropy truncation: pick uniformly among the k highest-entropy positions
     c.seeds.variant = "state+action"  # "state+action": seed tokens in the loss; "state": context only
     c.seeds.snapshots = True  # write each behavior snapshot pi_b as an Orbax historical checkpoint
+    # success_target (adaptive seeds): restart where the estimated success rate is near `target`
+    c.seeds.target = 0.5  # p*: the success rate a seeded group should have
+    c.seeds.gamma = 1.0  # value-model shape before calibration: V = p + (r - p) (c / |o|)^gamma
+    c.seeds.calibrate = True  # pick gamma online from realised continuation success
+    c.seeds.ema = 0.5  # weight of new evidence in the per-prompt success estimate p(x)
+    c.seeds.fallback = "ratio"  # rule for groups with no rollout of the needed kind
 
     c.loss = ml_collections.ConfigDict()
     c.loss.name = "dapo"  # a registered loss (tseeds_jax.rl.losses.get)
@@ -173,6 +179,11 @@ class SeedsConfig:
     top_k: int
     variant: str
     snapshots: bool = True
+    target: float = 0.5
+    gamma: float = 1.0
+    calibrate: bool = True
+    ema: float = 0.5
+    fallback: str = "ratio"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -316,6 +327,14 @@ class TrainConfig:
         if not 0 <= s.ratio < 1:
             bad("seeds.ratio", s.ratio, "must be in [0, 1)")
         positive_int("seeds.top_k", s.top_k)
+        if not 0 < s.target < 1:
+            bad("seeds.target", s.target, "must be in (0, 1)")
+        if not s.gamma > 0:
+            bad("seeds.gamma", s.gamma, "must be > 0")
+        if not 0 < s.ema <= 1:
+            bad("seeds.ema", s.ema, "must be in (0, 1]")
+        if s.fallback not in ("ratio", "entropy"):
+            bad("seeds.fallback", s.fallback, "must be a fixed rule: 'ratio' or 'entropy'")
         if s.variant not in VARIANTS:
             bad("seeds.variant", s.variant, f"unknown variant; known: {VARIANTS}")
         from tseeds_jax.rl import losses  # local: keeps config importable without JAX work

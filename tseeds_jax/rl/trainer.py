@@ -28,7 +28,7 @@ from tseeds_jax.rl.learner import Learner, TrainState
 from tseeds_jax.rl.metrics import MetricsWriter
 from tseeds_jax.rl.plugins import MethodPlugins, learner_old_logp_mode
 from tseeds_jax.sampling.placement import params_mesh, shards_of
-from tseeds_jax.seeds import SeedCache, make_seed_batch, sample_rngs, truncation
+from tseeds_jax.seeds import SeedCache, feedback, sample_rngs
 
 ROLLOUT, BEHAVIOR, TOPUP = 1, 2, 3  # random streams of generation seeds
 
@@ -74,8 +74,7 @@ class Trainer:
         self.state: TrainState = self.learner.init_state(env.params)
         self.cache = SeedCache()
         self.step = 0
-        self.rule = truncation.get(cfg.seeds.truncation, ratio=cfg.seeds.ratio,
-                                   top_k=cfg.seeds.top_k)
+        self.selector = feedback.make_selector(cfg.seeds)  # seeds/selection.py
         self.writer = MetricsWriter(cfg.run_dir)
         self.history: list[dict[str, Any]] = []
 
@@ -154,7 +153,10 @@ class Trainer:
         batches = [self.env.prompts.take(b) for _ in range(c.seeds.refresh_interval)]
         if self.env.checkpointer is not None:
             self.env.checkpointer.save_behavior_snapshot(step, params)
-        self.cache = SeedCache(cycle_start=step)
+        # The adaptive selector's state outlives the cycle's seeds.
+        tracker = (self.cache.tracker if self.cache.tracker is not None
+                   else feedback.new_tracker(self.selector, c.seeds))
+        self.cache = SeedCache(cycle_start=step, tracker=tracker)
         # All T-1 seeded batches in one sampler call and one statistics pass: per-call costs
         # dominate small models, and a bigger call fills more decode slots.
         n_global = b * g
@@ -171,13 +173,19 @@ class Trainer:
             [(s.prompt_ids, s.cont_ids) for s in behavior], self._prompt_width(), r, self.env.pad_id)
         # Behavior log-probs come from the learner's forward pass under pi_b, not the sampler.
         logp, ent = self._stats(params, tokens, attn, r)
+        # Behavior responses are complete: their rewards are known now (seed selection uses them).
+        rollout.score_samples(behavior, self.env.reward_fn, self.env.decode)
+        rewards = np.array([s.reward for s in behavior], np.float64)
         n_local = len(behavior) // len(local) if local else 0
         for j, (lp, lr, first) in enumerate(local, start=1):
             rows = slice((j - 1) * n_local, j * n_local)
             rngs = sample_rngs(c.seed, step + j, n_global)[first : first + n_local]
-            self.cache.batches[step + j] = make_seed_batch(
-                lp, lr, responses[rows], logp[rows], ent[rows], self.rule, rngs)
-            self.plugins.after_seed_batch(step + j, params, tokens[rows], attn[rows])
+            sb = feedback.select_seed_batch(self.selector, self.cache.tracker, lp, lr,
+                                            responses[rows], logp[rows], ent[rows],
+                                            rewards[rows], g, rngs)
+            self.cache.batches[step + j] = sb
+            src = sb.source  # row i of the plugins' arrays: sample i's source rollout
+            self.plugins.after_seed_batch(step + j, params, tokens[rows][src], attn[rows][src])
         return batches[0], n_tokens
 
     def _collect(self, params, step: int):
@@ -185,7 +193,7 @@ class Trainer:
         c = self.cfg
         b, g, r = c.rollout.batch_prompts, c.rollout.group_size, c.rollout.max_response_len
         info = {"behavior_tokens": 0, "refresh_time": 0.0}
-        seeds = None
+        seeds = sb = None
         if c.seeded and step % c.seeds.refresh_interval == 0:
             t0 = time.perf_counter()
             (prompts, refs), info["behavior_tokens"] = self._refresh(params, step)
@@ -210,6 +218,9 @@ class Trainer:
         rollout.score_samples(samples, self.env.reward_fn, self.env.decode)
         info["reward_time"] = time.perf_counter() - t0
         info["all_groups"] = _group_stats(_gather_samples(samples, self.hosts), g)
+        info.update(feedback.after_scoring(  # seed metrics; feeds the adaptive selector's state
+            self.cache.tracker, sb, prompts, [s.reward for s in samples], g,
+            info["all_groups"].get("zero_adv_group_frac")))
         if c.advantage.filter_groups:
             samples = self._filter_groups(params, step, samples, info)
         return samples, info

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tseeds_jax.seeds import truncation
+from tseeds_jax.seeds import selection, truncation
 from tseeds_jax.seeds.cache import SeedBatch
 
 _TRUNCATION_STREAM = 0x5EED
@@ -34,3 +34,27 @@ def make_seed_batch(prompt_ids, references, responses: Sequence[Sequence[int]], 
     seed_logp = [np.asarray(logp_NR[i, :h], np.float32) for i, h in enumerate(cut)]
     return SeedBatch(prompt_ids=[list(p) for p in prompt_ids], references=list(references),
                      seed_tokens=seed_tokens, seed_logp=seed_logp, behavior_lengths=lengths)
+
+
+def make_selected_seed_batch(prompt_ids, references, rollouts: selection.BehaviorRollouts,
+                             chosen: selection.Selection, *, p_B=None,
+                             gamma: float = float("nan")) -> SeedBatch:
+    """Seeds as a selector chose them: sample i keeps `tokens[source[i]][:cut[i]]` and the
+    behavior log-probs of those tokens (its source's, so the state+action loss still weighs them
+    by pi_theta / pi_b). `p_B`: the prompts' success estimates at selection (adaptive only)."""
+    src, cut = chosen.source_N, chosen.cut_N
+    lengths = rollouts.lengths_N
+    g = rollouts.group_size
+    if np.any(src // g != np.arange(len(src)) // g):
+        raise ValueError("a seed's source rollout must belong to the sample's own prompt")
+    seed_tokens = [list(rollouts.tokens[j][:h]) for j, h in zip(src, cut)]
+    seed_logp = [np.asarray(rollouts.logp_NR[j, :h], np.float32) for j, h in zip(src, cut)]
+    p_sel = (np.full(len(src), np.nan) if p_B is None
+             else np.repeat(np.asarray(p_B, np.float64), g))
+    return SeedBatch(prompt_ids=[list(p) for p in prompt_ids], references=list(references),
+                     seed_tokens=seed_tokens, seed_logp=seed_logp,
+                     behavior_lengths=lengths[src].astype(np.int32),
+                     source=np.asarray(src, np.int32),
+                     source_reward=np.asarray(rollouts.rewards_N, np.float64)[src],
+                     predicted=np.asarray(chosen.predicted_N, np.float64),
+                     fallback=np.asarray(chosen.fallback_N, bool), p_sel=p_sel, gamma=gamma)
