@@ -6,8 +6,11 @@ Layout of a checkpoint directory (local path or anything etils.epath accepts, e.
     DIR/<step>/meta/...         a JSON-able dict (config, data position, metrics...)
     DIR/historical/<name>/...   same two items; named, never garbage-collected
 
-Every write goes to a temporary directory that Orbax renames when complete, so a crash never
-leaves a half-written checkpoint visible. Numbered steps are kept to the last `keep_last`;
+Every write goes to a temporary directory that Orbax renames when complete (on gs://, where a
+rename is not atomic, Orbax instead writes `commit_success.txt` last and lists only directories
+that have it), so a crash never leaves a half-written checkpoint visible; leftover temporaries are
+removed when a `Checkpoints` is opened. `commit_file=True` uses the gs:// regime on any path
+(tests exercise it on a local disk). Numbered steps are kept to the last `keep_last`;
 historical checkpoints (e.g. the behavior-policy snapshot of each Thinking Seeds refresh cycle)
 stay until `delete_historical` removes them.
 
@@ -22,6 +25,8 @@ from __future__ import annotations
 
 import os
 import re
+import sys
+import time
 from typing import Any
 
 import jax
@@ -40,6 +45,15 @@ def _path(path) -> epath.Path:
     if "://" in text:
         return epath.Path(text)
     return epath.Path(os.path.abspath(os.path.expanduser(text)))
+
+
+def _committed(path: epath.Path, commit_file: bool) -> bool:
+    """Whether Orbax finished writing the checkpoint directory `path` (either commit regime)."""
+    if ".orbax-checkpoint-tmp" in path.name:
+        return False
+    if commit_file or str(path).startswith("gs://"):
+        return (path / "commit_success.txt").exists()
+    return True
 
 
 def abstract_target(tree, shardings=None):
@@ -75,13 +89,52 @@ def _unsavable(restored, target):
                         restored, target)
 
 
+SAVE_DELAY_ENV = "TSEEDS_TEST_SAVE_DELAY_S"
+
+
+def test_save_delay(where: str) -> None:
+    """Test-only hook: with TSEEDS_TEST_SAVE_DELAY_S set, announces on stderr that a checkpoint
+    write is in progress at `where` and sleeps that long, so that a test can kill the process
+    in the middle of a write (tests/test_preemption_kill.py). No effect otherwise."""
+    delay = float(os.environ.get(SAVE_DELAY_ENV, "0") or 0)
+    if delay > 0:
+        print(f"TSEEDS_TEST_SAVE {where}", file=sys.stderr, flush=True)
+        time.sleep(delay)
+
+
+class _MetaHandler(ocp.JsonCheckpointHandler):
+    """The meta item's handler; its `finalize` runs when every item is written to the
+    temporary directory and before Orbax commits it: the test delay hook goes there."""
+
+    def finalize(self, directory) -> None:
+        test_save_delay(f"orbax-uncommitted {directory}")
+        super().finalize(directory)
+
+
+# Orbax finds an item's handler by the type of its args: the meta item gets args types of its
+# own (same on-disk format as JsonSave / JsonRestore).
+@ocp.args.register_with_handler(_MetaHandler, for_save=True)
+class _MetaSave(ocp.args.JsonSave):
+    pass
+
+
+@ocp.args.register_with_handler(_MetaHandler, for_restore=True)
+class _MetaRestore(ocp.args.JsonRestore):
+    pass
+
+
 def _handler(compress: bool) -> ocp.CompositeCheckpointHandler:
     return ocp.CompositeCheckpointHandler(**_item_handlers(compress))
 
 
 def _item_handlers(compress: bool) -> dict:
     return {STATE: ocp.PyTreeCheckpointHandler(use_compression=compress),
-            META: ocp.JsonCheckpointHandler()}
+            META: _MetaHandler()}
+
+
+def _tmp_class(path: epath.Path, commit_file: bool):
+    # None: Orbax's default (atomic rename locally, commit_success.txt on gs://).
+    return ocp.path.atomicity.CommitFileTemporaryPath if commit_file else None
 
 
 def _restore_args(target):
@@ -91,18 +144,18 @@ def _restore_args(target):
         target = _savable(target)
         state = ocp.args.PyTreeRestore(
             item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target))
-    return ocp.args.Composite(**{STATE: state, META: ocp.args.JsonRestore()})
+    return ocp.args.Composite(**{STATE: state, META: _MetaRestore()})
 
 
 def _save_args(state, meta):
     if meta is not None and not isinstance(meta, dict):
         raise TypeError(f"meta must be a JSON-able dict, got {type(meta).__name__}")
     return ocp.args.Composite(**{STATE: ocp.args.PyTreeSave(_savable(state)),
-                                 META: ocp.args.JsonSave(dict(meta or {}))})
+                                 META: _MetaSave(dict(meta or {}))})
 
 
 def save_pytree(path, state, meta: dict | None = None, *, overwrite: bool = False,
-                compress: bool = True) -> epath.Path:
+                compress: bool = True, commit_file: bool = False) -> epath.Path:
     """Writes one standalone checkpoint (state pytree + JSON meta) at `path`, atomically.
 
     compress: zstd-compress array chunks (Orbax's default). Model weights barely compress and
@@ -112,7 +165,8 @@ def save_pytree(path, state, meta: dict | None = None, *, overwrite: bool = Fals
     path = _path(path)
     if path.exists() and not overwrite:
         raise FileExistsError(f"{path}: checkpoint already exists (pass overwrite=True)")
-    with ocp.Checkpointer(_handler(compress)) as ckptr:
+    with ocp.Checkpointer(_handler(compress),
+                          temporary_path_class=_tmp_class(path, commit_file)) as ckptr:
         ckptr.save(path, args=_save_args(state, meta), force=overwrite)
     return path
 
@@ -133,7 +187,7 @@ def read_meta(path) -> dict:
     if not path.exists():
         raise FileNotFoundError(f"{path}: no checkpoint there")
     with ocp.Checkpointer(_handler(True)) as ckptr:
-        out = ckptr.restore(path, args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))
+        out = ckptr.restore(path, args=ocp.args.Composite(**{META: _MetaRestore()}))
     return dict(out[META] or {})
 
 
@@ -150,12 +204,16 @@ class Checkpoints:
     (then call `wait()` before reading what was written or exiting).
     """
 
-    def __init__(self, directory, *, keep_last: int | None = 3, async_save: bool = False):
+    def __init__(self, directory, *, keep_last: int | None = 3, async_save: bool = False,
+                 commit_file: bool = False):
         if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 1):
             raise ValueError(f"keep_last={keep_last!r}: must be a positive int or None (keep all)")
         self.directory = _path(directory)
-        options = ocp.CheckpointManagerOptions(max_to_keep=keep_last, create=True,
-                                               enable_async_checkpointing=async_save)
+        self.commit_file = commit_file
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=keep_last, create=True, enable_async_checkpointing=async_save,
+            cleanup_tmp_directories=True,  # what a killed save left behind
+            temporary_path_class=_tmp_class(self.directory, commit_file))
         self._manager = ocp.CheckpointManager(self.directory, options=options,
                                               item_handlers=_item_handlers(True))
 
@@ -186,7 +244,7 @@ class Checkpoints:
         if step is None:
             raise FileNotFoundError(f"{self.directory}: no checkpoints")
         out = self._manager.restore(int(step),
-                                    args=ocp.args.Composite(**{META: ocp.args.JsonRestore()}))
+                                    args=ocp.args.Composite(**{META: _MetaRestore()}))
         return dict(out[META] or {})
 
     def steps(self) -> list[int]:
@@ -211,7 +269,7 @@ class Checkpoints:
         self.wait()
         path = self._historical_path(name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return save_pytree(path, state, meta, overwrite=overwrite)
+        return save_pytree(path, state, meta, overwrite=overwrite, commit_file=self.commit_file)
 
     def restore_historical(self, name: str, target=None) -> tuple[Any, dict]:
         path = self._historical_path(name)
@@ -224,8 +282,10 @@ class Checkpoints:
         root = self.directory / HISTORICAL_DIR
         if not root.exists():
             return []
-        # Orbax's in-progress temporaries carry a suffix containing ".orbax-checkpoint-tmp".
-        return sorted(p.name for p in root.iterdir() if p.is_dir() and "tmp" not in p.name)
+        # In-progress temporaries: a ".orbax-checkpoint-tmp" suffix, or (commit-file regime,
+        # gs://) no commit_success.txt yet.
+        return sorted(p.name for p in root.iterdir()
+                      if p.is_dir() and _committed(p, self.commit_file))
 
     def delete_historical(self, name: str) -> None:
         path = self._historical_path(name)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 from typing import Any
 
 import jax
@@ -31,28 +32,60 @@ def _clean(v):
 
 
 class MetricsWriter:
-    """Appends one JSON line per step to `metrics.jsonl`; scalars also go to TensorBoard."""
+    """Appends one JSON line per step to `metrics.jsonl`; scalars also go to TensorBoard.
+
+    metrics.jsonl is the record of the run; TensorBoard's events are rebuilt from it when a run
+    resumes (`truncate_after`), so that neither holds a step twice or misses one, wherever a
+    kill landed (mid-line included)."""
 
     def __init__(self, run_dir: str, *, tensorboard: bool = True):
         self.enabled = jax.process_index() == 0
         self.path = os.path.join(run_dir, "metrics.jsonl")
+        self.tb_dir = os.path.join(run_dir, "tb")
         self._tb = None
+        self._tensorboard = tensorboard
         if not self.enabled:
             return
         os.makedirs(run_dir, exist_ok=True)
-        if tensorboard:
+        self._open_tb()
+
+    def _open_tb(self) -> None:
+        if self._tensorboard:
             from tensorboardX import SummaryWriter
 
-            self._tb = SummaryWriter(os.path.join(run_dir, "tb"))
+            self._tb = SummaryWriter(self.tb_dir)
 
     def truncate_after(self, step: int) -> None:
-        """Drops lines of steps >= `step` (a resumed run rewrites them)."""
-        if not self.enabled or not os.path.exists(self.path):
+        """Keeps the lines of steps < `step` (a resumed run rewrites the others) and rebuilds
+        the TensorBoard events from them. A torn last line (a kill mid-write) is dropped."""
+        if not self.enabled:
             return
-        with open(self.path) as f:
-            keep = [line for line in f if line.strip() and json.loads(line)["step"] < step]
-        with open(self.path, "w") as f:
-            f.writelines(keep)
+        keep = []
+        if os.path.exists(self.path):
+            with open(self.path) as f:
+                for line in f:
+                    try:
+                        record = json.loads(line)
+                    except json.JSONDecodeError:
+                        continue  # only a kill mid-write leaves a partial line
+                    if record["step"] < step:
+                        keep.append(record)
+        tmp = self.path + ".tmp"
+        with open(tmp, "w") as f:
+            f.writelines(json.dumps(r) + "\n" for r in keep)
+        os.replace(tmp, self.path)  # atomic: a kill now leaves the old or the new file
+        if self._tb is not None:
+            self._tb.close()
+            shutil.rmtree(self.tb_dir, ignore_errors=True)
+            self._open_tb()
+            for r in keep:
+                self._tb_scalars(r)
+            self._tb.flush()
+
+    def _tb_scalars(self, record: dict[str, Any]) -> None:
+        for k, v in record.items():
+            if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
+                self._tb.add_scalar(k, v, record["step"])
 
     def write(self, step: int, metrics: dict[str, Any]) -> None:
         if not self.enabled:
@@ -61,9 +94,7 @@ class MetricsWriter:
         with open(self.path, "a") as f:
             f.write(json.dumps(record) + "\n")
         if self._tb is not None:
-            for k, v in record.items():
-                if k != "step" and isinstance(v, (int, float)) and not isinstance(v, bool):
-                    self._tb.add_scalar(k, v, step)
+            self._tb_scalars(record)
 
     def close(self) -> None:
         if self._tb is not None:

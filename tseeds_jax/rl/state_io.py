@@ -11,6 +11,14 @@
 The seed cache is host-local (every host keeps the seeds of its own samples), so each process
 writes its own file, before the Orbax step that makes the checkpoint visible; a seed-cache file
 without its Orbax step is ignored and later removed.
+
+A process killed at any moment leaves at worst an uncommitted Orbax step (never listed) and
+seed-cache files of that step (overwritten when the step is saved again). A committed step that
+does not restore (a truncated file, a tree that does not match the model) is reported with its
+path and the run falls back to the newest step before it that does restore, with a loud
+warning; the broken steps are moved to RUN_DIR/ckpt/corrupt/ so that they are never taken as the
+latest again (docs/tpu.md, "Preemption"). When no step restores, nothing is moved and
+`CheckpointError` lists every step's path and error.
 """
 
 from __future__ import annotations
@@ -18,7 +26,9 @@ from __future__ import annotations
 import dataclasses
 import io
 import json
+import logging
 import os
+import sys
 from typing import Any
 
 import jax
@@ -26,13 +36,24 @@ import numpy as np
 from etils import epath
 
 from tseeds_jax import checkpoint
+from tseeds_jax.rl import hosts as hosts_lib
 from tseeds_jax.seeds import SeedCache
+
+log = logging.getLogger(__name__)
+CORRUPT_DIR = "corrupt"
+
+
+class CheckpointError(RuntimeError):
+    """No committed checkpoint of the run restores; the message names each path and error."""
 
 
 class RunCheckpointer:
     def __init__(self, run_dir: str, *, keep_last: int = 2, response_width: int,
-                 snapshots: bool = True, config_json: dict | None = None):
-        self.ckpts = checkpoint.Checkpoints(os.path.join(run_dir, "ckpt"), keep_last=keep_last)
+                 snapshots: bool = True, config_json: dict | None = None,
+                 commit_file: bool = False):
+        """commit_file: Orbax's gs:// commit regime (commit_success.txt) on any path."""
+        self.ckpts = checkpoint.Checkpoints(os.path.join(run_dir, "ckpt"), keep_last=keep_last,
+                                            commit_file=commit_file)
         self.seed_dir = epath.Path(str(self.ckpts.directory)).parent / "seed_cache"
         self.response_width = response_width
         self.snapshots = snapshots
@@ -111,6 +132,7 @@ class RunCheckpointer:
             self._write_seed_cache(step, cache)
             if extra:
                 self._write_extra(step, extra)
+            checkpoint.test_save_delay(f"seed-cache-written step={step}")
             self.ckpts.save(step, {"train": state}, meta)
         self.ckpts.wait()
         self._collect_seed_garbage()
@@ -122,18 +144,62 @@ class RunCheckpointer:
                                        overwrite=True)
 
     def restore_latest(self, state_template, *, with_extra: bool = False) -> tuple[Any, ...] | None:
-        """(step, TrainState, SeedCache, data position) of the latest checkpoint, or None.
+        """(step, TrainState, SeedCache, data position) of the newest committed checkpoint that
+        restores, or None when there is none; see the module doc for broken ones.
 
         with_extra: append the loss-family state given to `save` (or None) to the tuple.
         """
-        step = self.ckpts.latest_step()
-        if step is None:
-            return None
-        meta = self.ckpts.read_meta(step)
+        hosts = hosts_lib.Hosts.current()
         target = {"train": checkpoint.abstract_target(state_template)}
+        broken: list[tuple[int, str]] = []
+        for step in reversed(self.ckpts.steps()):
+            try:
+                out, why = self._restore_step(step, target), ""
+            except Exception as e:  # noqa: BLE001 -- any failure: the message names it
+                out, why = None, f"{type(e).__name__}: {e}"
+            # Every host must take the same step: a file that only one host reads may be bad.
+            ok = hosts_lib.gather_rows(np.array([out is not None], np.int32), hosts)
+            if ok.min():
+                if broken:
+                    self._set_aside(broken, step, hosts)
+                return out if with_extra else out[:4]
+            if not why:
+                why = f"it does not restore on host(s) {np.flatnonzero(ok == 0).tolist()}"
+            broken.append((step, why))
+        if broken:
+            raise CheckpointError(
+                "no checkpoint of the run restores:\n" + "\n".join(
+                    f"  {self.ckpts.directory / str(s)}: {why}" for s, why in broken))
+        return None
+
+    def _restore_step(self, step: int, target) -> tuple:
+        meta = self.ckpts.read_meta(step)
         tree, _ = self.ckpts.restore(step, target=target)
-        out = (int(meta["step"]), tree["train"], self._read_seed_cache(step), meta["data"])
-        return out + (self._read_extra(step),) if with_extra else out
+        return (int(meta["step"]), tree["train"], self._read_seed_cache(step), meta["data"],
+                self._read_extra(step))
+
+    def _set_aside(self, broken: list[tuple[int, str]], good: int, hosts) -> None:
+        """Moves the broken steps (newer than `good`) to ckpt/corrupt/ and says so loudly."""
+        corrupt = self.ckpts.directory / CORRUPT_DIR
+        lines = []
+        for step, why in broken:
+            src = self.ckpts.directory / str(step)
+            dst = corrupt / str(step)
+            n = 1
+            while dst.exists():
+                dst, n = corrupt / f"{step}-{n}", n + 1
+            if hosts.index == 0:
+                corrupt.mkdir(parents=True, exist_ok=True)
+                src.rename(dst)
+            lines.append(f"  {src}: {why}\n    moved to {dst}")
+        if not hosts.single:
+            from jax.experimental import multihost_utils
+
+            multihost_utils.sync_global_devices("tseeds-set-aside-corrupt-checkpoints")
+        msg = ("WARNING: checkpoint(s) of the run do not restore; resuming from step "
+               f"{good} ({self.ckpts.directory / str(good)}) instead:\n" + "\n".join(lines))
+        log.warning(msg)
+        print(msg, file=sys.stderr, flush=True)
 
 
 def load_run(run_dir: str, step: int | None = None):
@@ -147,7 +213,7 @@ def load_run(run_dir: str, step: int | None = None):
     from tseeds_jax.rl.setup import build_model, build_source, build_tokenizer
 
     ckpt_dir = os.path.join(run_dir, "ckpt")
-    if not os.path.isdir(ckpt_dir):
+    if not epath.Path(ckpt_dir).is_dir():  # local or gs://
         raise FileNotFoundError(f"{run_dir}: not a training run (no ckpt/ folder)")
     ckpts = checkpoint.Checkpoints(ckpt_dir, keep_last=None)
     steps = ckpts.steps()
@@ -180,3 +246,4 @@ def _fill(template, raw):
                              f"{np.shape(t)}")
         out.append(jax.numpy.asarray(r, dtype=t.dtype))
     return jax.tree_util.tree_unflatten(treedef, out)
+

@@ -1,4 +1,10 @@
-"""`tseeds train --config configs/NAME.py [--config.a.b=value ...]`."""
+"""`tseeds train --config configs/NAME.py [--config.a.b=value ...]`.
+
+Exit codes: 0 done; 2 bad arguments or config; 75 stopped by SIGTERM or a preemption notice
+after writing a checkpoint (relaunch to resume); 130 stopped by Ctrl-C (after a checkpoint, or
+at once on a second Ctrl-C); 1 anything else (a traceback, a run whose checkpoints do not
+restore). See docs/tpu.md, "Preemption".
+"""
 
 from __future__ import annotations
 
@@ -61,17 +67,28 @@ def main(argv: list[str]) -> int:
     except (ConfigValueError, ValueError, TypeError) as e:
         print(f"tseeds train: invalid config: {e}", file=sys.stderr)
         return 2
+    from tseeds_jax.rl.preemption import Preempted
     from tseeds_jax.rl.runner import make_trainer
+    from tseeds_jax.rl.state_io import CheckpointError
 
     trainer = make_trainer(cfg, config_json=json.loads(cd.to_json_best_effort()))
-    if fv.resume and trainer.restore():
-        print(f"resumed from step {trainer.step} in {cfg.run_dir}")
+    try:
+        if fv.resume and trainer.restore():
+            print(f"resumed from step {trainer.step} in {cfg.run_dir}", flush=True)
+    except CheckpointError as e:
+        print(f"tseeds train: {e}", file=sys.stderr)
+        return 1
     bar, update = progress_bar(cfg.steps, trainer.step) if cfg.progress else (None, None)
     try:
         trainer.run(progress=update)
+    except Preempted as e:
+        what = "preempted" if e.exit_code != 130 else "interrupted"
+        print(f"\n{what} ({e.reason}): checkpoint written at step {e.step} in {cfg.run_dir}",
+              file=sys.stderr, flush=True)
+        return e.exit_code
     except KeyboardInterrupt:
-        print(f"\ninterrupted: checkpoint written at step {trainer.step} in {cfg.run_dir}",
-              file=sys.stderr)
+        print(f"\ninterrupted twice: stopped at once, no checkpoint of this step; a restart "
+              f"resumes from the latest checkpoint in {cfg.run_dir}", file=sys.stderr, flush=True)
         return 130
     finally:
         if bar is not None:

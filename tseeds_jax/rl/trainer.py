@@ -21,7 +21,9 @@ import jax
 import numpy as np
 
 from tseeds_jax.model.sharding import batch_sharding
+from tseeds_jax.rewards.health import check_rewards
 from tseeds_jax.rl import hosts as hosts_lib
+from tseeds_jax.rl import preemption
 from tseeds_jax.rl import rollout
 from tseeds_jax.rl.config import TrainConfig
 from tseeds_jax.rl.learner import Learner, TrainState
@@ -216,6 +218,7 @@ class Trainer:
         info["rollout_time"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         rollout.score_samples(samples, self.env.reward_fn, self.env.decode)
+        check_rewards([s.reward_reason for s in samples])  # a sandbox that runs nothing stops the run
         info["reward_time"] = time.perf_counter() - t0
         info["all_groups"] = _group_stats(_gather_samples(samples, self.hosts), g)
         info.update(feedback.after_scoring(  # seed metrics; feeds the adaptive selector's state
@@ -321,7 +324,8 @@ class Trainer:
         if self.env.checkpointer is None:
             return False
         got = self.env.checkpointer.restore_latest(self.state, with_extra=True)
-        if got is None:
+        if got is None:  # killed before its first checkpoint: start over, metrics included
+            self.writer.truncate_after(0)
             return False
         self.step, self.state, self.cache, data_state, extra = got
         self.plugins.load(extra)
@@ -330,22 +334,32 @@ class Trainer:
         return True
 
     def run(self, steps: int | None = None, *, progress=None) -> list[dict[str, Any]]:
-        """Trains until `steps` (default cfg.steps) and checkpoints; Ctrl-C saves and re-raises."""
+        """Trains until `steps` (default cfg.steps) and checkpoints.
+
+        Checkpoints every `checkpoint_every` steps and every `checkpoint_every_minutes` (host 0's
+        clock). SIGTERM, SIGINT or a preemption notice: the current step finishes, all hosts
+        agree on the step (rl/preemption.py), it is checkpointed and `preemption.Preempted` is
+        raised. A second SIGINT raises KeyboardInterrupt at once, without a checkpoint (the
+        step may be half done: a refresh may have consumed prompts without caching seeds)."""
         c = self.cfg
         end = c.steps if steps is None else steps
+        guard = preemption.PreemptionGuard(self.hosts, every_minutes=c.checkpoint_every_minutes)
         try:
-            while self.step < end:
-                metrics = self.train_step()
-                self.history.append(metrics)
-                if self.step % c.log_every == 0 or self.step == end:
-                    self.writer.write(self.step - 1, metrics)
-                if progress is not None:
-                    progress(self.step, end, metrics)
-                if c.checkpoint_every and self.step % c.checkpoint_every == 0:
-                    self._save()
-        except KeyboardInterrupt:
-            self._save(tag="interrupt")
-            raise
+            with guard:
+                while self.step < end:
+                    metrics = self.train_step()
+                    self.history.append(metrics)
+                    if self.step % c.log_every == 0 or self.step == end:
+                        self.writer.write(self.step - 1, metrics)
+                    if progress is not None:
+                        progress(self.step, end, metrics)
+                    stop, timed = guard.agree()  # collective: the same answer on every host
+                    every = c.checkpoint_every and self.step % c.checkpoint_every == 0
+                    if stop or timed or every:
+                        where = self._save()
+                        guard.saved()
+                    if stop and self.step < end:
+                        raise guard.preempted(self.step, stop, where)
         finally:
             self.writer.close()
         self._save()
