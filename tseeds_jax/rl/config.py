@@ -133,7 +133,10 @@ def default_config() -> ml_collections.ConfigDict:
     # several hosts data x fsdp must be a multiple of the host count). See docs/scale.md.
     c.hardware.sampler_placement = "replica"
 
-    c.checkpoint_every = 0  # 0: only at exit
+    c.checkpoint_every = 0  # 0: only at exit (and on SIGTERM / SIGINT, rl/preemption.py)
+    # Also checkpoint when host 0 last saved this many minutes ago (0 disables): bounds the work
+    # a preemption without notice (SIGKILL, a lost VM) can cost, whatever the step time.
+    c.checkpoint_every_minutes = 15.0
     c.keep_checkpoints = 2
     c.log_every = 1
     c.progress = True
@@ -274,6 +277,7 @@ class TrainConfig:
     offpolicy: OffPolicyConfig = OffPolicyConfig()
     stale: StaleConfig = StaleConfig()
     hardware: HardwareConfig = HardwareConfig()
+    checkpoint_every_minutes: float = 0.0
 
     @property
     def method_label(self) -> str:
@@ -298,7 +302,8 @@ class TrainConfig:
             log_every=d["log_every"], progress=d["progress"], method=d.get("method", ""),
             offpolicy=OffPolicyConfig(**d.get("offpolicy", {})),
             stale=StaleConfig(**d.get("stale", {})),
-            hardware=HardwareConfig(**d.get("hardware", {})))
+            hardware=HardwareConfig(**d.get("hardware", {})),
+            checkpoint_every_minutes=d.get("checkpoint_every_minutes", 0.0))
         cfg.validate()
         return cfg
 
@@ -311,6 +316,9 @@ class TrainConfig:
                 bad(field, value, "must be an integer >= 1")
 
         positive_int("steps", self.steps)
+        m = self.checkpoint_every_minutes
+        if isinstance(m, bool) or not isinstance(m, int | float) or not m >= 0:
+            bad("checkpoint_every_minutes", m, "must be a number >= 0 (0 disables)")
         r, s, lo, a, o = self.rollout, self.seeds, self.loss, self.advantage, self.optim
         positive_int("rollout.batch_prompts", r.batch_prompts)
         positive_int("rollout.group_size", r.group_size)
