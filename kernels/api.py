@@ -5,8 +5,7 @@ Shape letters: N flattened tokens, D model width, V vocabulary.
 
 from __future__ import annotations
 
-import jax
-
+from . import target
 from ._common import validate
 from .chunked import logprob_entropy_chunked
 from .naive import logprob_entropy_naive
@@ -15,9 +14,13 @@ from .pallas_kernel import logprob_entropy_pallas
 IMPLS = ("auto", "pallas", "chunked", "naive")
 
 
-def default_impl() -> str:
-    """Pallas on TPU/GPU; chunked XLA elsewhere (Pallas only interprets on CPU, ~1 ms per tile)."""
-    return "pallas" if jax.default_backend() in ("tpu", "gpu", "cuda", "rocm") else "chunked"
+def default_impl(*arrays) -> str:
+    """Pallas on TPU/GPU; chunked XLA elsewhere (Pallas only interprets on CPU, ~1 ms per tile).
+
+    The platform is the kernels' target (`target.detect(*arrays)`): a `compile_target` context,
+    the mesh of the arrays' shardings, else the default backend.
+    """
+    return "pallas" if target.detect(*arrays).platform in ("tpu", "gpu") else "chunked"
 
 
 def logprob_entropy(hidden_ND, unembed_DV, targets_N, *, temperature: float = 1.0,
@@ -41,7 +44,7 @@ def logprob_entropy(hidden_ND, unembed_DV, targets_N, *, temperature: float = 1.
         raise ValueError(f"impl must be one of {IMPLS}, got {impl!r}")
     temp = validate(hidden_ND, unembed_DV, targets_N, temperature)
     if impl == "auto":
-        impl = default_impl()
+        impl = default_impl(hidden_ND, unembed_DV, targets_N)
     fn = {"pallas": logprob_entropy_pallas, "chunked": logprob_entropy_chunked,
           "naive": logprob_entropy_naive}[impl]
     return fn(hidden_ND, unembed_DV, targets_N, temperature=temp)
