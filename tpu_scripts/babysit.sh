@@ -13,9 +13,13 @@ usage: $TPU_PROG [create.sh, setup.sh and launch.sh options] [babysit options]
 Poll the queued resource (--mode queued, default) or TPU VM (--mode vm) every --poll-interval
 seconds and act on its state:
   ACTIVE / READY (healthy)     read LOG_DIR/worker-*.exitcode: all 0 -> training finished, exit 0;
-                               any other code -> relaunch (launch.sh --restart); none -> ask
-                               worker 0 over ssh whether the trainer runs; if not (a fresh or
-                               rebooted slice) -> setup.sh, launch.sh --restart
+                               only 0 and resume codes (75: the trainer checkpointed on SIGTERM
+                               or a preemption notice; 143 / 137: killed by TERM / KILL before it
+                               could) -> relaunch (launch.sh --restart), it resumes; any other
+                               code (1: an error, 2: a bad config, 130: stopped with Ctrl-C) ->
+                               training failed, no relaunch, exit 1; none -> ask worker 0 over
+                               ssh whether the trainer runs; if not (a fresh or rebooted slice)
+                               -> setup.sh, launch.sh --restart
   PREEMPTED SUSPENDING SUSPENDED FAILED TERMINATED STOPPED, or not found (GONE)
                                recover: teardown.sh (queued: --force), create.sh, wait until
                                healthy, setup.sh, launch.sh --restart with the SAME run id; the
@@ -39,12 +43,15 @@ babysit options:
   --once                    poll once, act (a recovery runs to the end), and exit
   --simulate-state STATE    with --dry-run only: pretend the first poll returned STATE (e.g.
                             PREEMPTED, SUSPENDED, GONE, ACTIVE) to print that branch's commands
+  --simulate-exit-codes "C..."  with --dry-run only: pretend the workers' exit-code files hold
+                            these codes (e.g. "75 0" or "1 0") to print what follows
   --env FILE                defaults for all options above (NAME=, ZONE=, RUN_ID=, ...)
   --dry-run                 print the gcloud commands, one per line, and run nothing; implies
                             --once; without --simulate-state the slice counts as healthy
   -h, --help                this help
 
-exit codes: 0 healthy, recovered or finished; 1 recovery failed / retries exhausted; 2 usage error
+exit codes: 0 healthy, recovered, relaunched or finished; 1 recovery failed / retries exhausted /
+training failed; 2 usage error
 USAGE
 }
 
@@ -63,6 +70,10 @@ tpu_check_int provision-timeout 0
 tpu_check_choice simulate-state "${HEALTHY_STATES[@]}" "${BROKEN_STATES[@]}" "${PENDING_STATES[@]}"
 tpu_has simulate-state && ! ((TPU_DRY_RUN)) &&
   tpu_usage_error "--simulate-state works with --dry-run only (it would delete a real slice)"
+tpu_has simulate-exit-codes && ! ((TPU_DRY_RUN)) &&
+  tpu_usage_error "--simulate-exit-codes works with --dry-run only"
+[[ ${OPT[simulate-exit-codes]:-0} =~ ^[0-9]+( [0-9]+)*$ ]] ||
+  tpu_usage_error "--simulate-exit-codes '${OPT[simulate-exit-codes]}': give exit codes separated by spaces, e.g. \"75 0\""
 tpu_has restart && tpu_usage_error "--restart is implied: babysit.sh relaunches with --restart"
 poll_interval=$((10#${OPT[poll-interval]:-300}))
 max_retries=$((10#${OPT[max-retries]:-20}))
@@ -201,22 +212,39 @@ recover() {
   setup_and_launch
 }
 
-# Sets TRAINING to "finished", "crashed" or "running" from the exit-code files that the workers
-# upload when the trainer exits (worker.sh); no file yet means the trainer is still running.
+# `tseeds train` exit codes that mean "stopped early, resume me" (rl/preemption.py): 75 it
+# checkpointed on SIGTERM or a preemption notice; 143 / 137 (128 + TERM / KILL) it was killed
+# before its handler ran (during start-up) or without notice, and resumes from its last checkpoint.
+RESUME_CODES=(75 143 137)
+
+# Sets TRAINING to "finished" (all 0), "resume" (only 0 and resume codes), "failed" (any other
+# code) or "running" from the exit-code files that the workers upload when the trainer exits
+# (worker.sh); no file yet means the trainer is still running. CODES: the codes read.
 training_status() {
   local -a cmd=(gcloud storage cat "$log_dir/worker-*.exitcode")
   local out code
   TRAINING=running
+  CODES=""
   if ((TPU_DRY_RUN)); then
     tpu_quote "${cmd[@]}"
-    return 0
+    tpu_has simulate-exit-codes || return 0
+    out=${OPT[simulate-exit-codes]// /$'\n'}
+  else
+    out=$("${cmd[@]}" 2>/dev/null) || return 0
   fi
-  out=$("${cmd[@]}" 2>/dev/null) || return 0
   [[ -n $out ]] || return 0
-  while read -r code; do
-    [[ -z $code || $code == 0 ]] || { TRAINING=crashed; return 0; }
-  done <<<"$out"
   TRAINING=finished
+  while read -r code; do
+    [[ -z $code ]] && continue
+    CODES+="${CODES:+ }$code"
+    if [[ $code == 0 ]]; then
+      continue
+    elif in_list "$code" "${RESUME_CODES[@]}"; then
+      [[ $TRAINING == failed ]] || TRAINING=resume
+    else
+      TRAINING=failed
+    fi
+  done <<<"$out"
 }
 
 # Asks worker 0 whether this run's trainer process is alive. Returns 0 running, 1 not running (a
@@ -255,9 +283,12 @@ step() {  # one poll and the action it calls for; returns 1 when an action faile
       training_status
       case $TRAINING in
         finished) tpu_log "run ${OPT[run-id]} finished (all exit codes 0)"; exit 0 ;;
-        crashed)
-          take_attempt "training exited with an error; relaunching run ${OPT[run-id]}"
+        resume)
+          take_attempt "training stopped to be resumed (exit codes: $CODES); relaunching run ${OPT[run-id]}"
           child launch.sh "${TPU_LAUNCH_OPTS[@]}" -- "${launch_extra[@]}"
+          ;;
+        failed)
+          tpu_die "training of run ${OPT[run-id]} failed (exit codes: $CODES); not relaunching: read the worker logs in $log_dir"
           ;;
         running)
           local alive=0

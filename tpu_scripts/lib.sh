@@ -22,7 +22,7 @@ declare -gA TPU_OPT_KIND=(
   [upload-every]=value [restart]=flag
   [force]=flag [delete-data]=value
   [poll-interval]=value [max-retries]=value [provision-timeout]=value [once]=flag
-  [simulate-state]=value
+  [simulate-state]=value [simulate-exit-codes]=value
   [dry-run]=flag [help]=flag
 )
 
@@ -39,11 +39,13 @@ declare -gA TPU_OPT_KIND=(
   declare -ga TPU_LAUNCH_OPTS=(name zone project internal-ip run-id run-root log-dir config
     run-dir-key venv upload-every restart)
   declare -ga TPU_TEARDOWN_OPTS=(name zone project mode force delete-data)
-  declare -ga TPU_BABYSIT_OPTS=(poll-interval max-retries provision-timeout once simulate-state)
+  declare -ga TPU_BABYSIT_OPTS=(poll-interval max-retries provision-timeout once simulate-state
+    simulate-exit-codes)
 }
 
 # Options an --env file may not set: they change what a command does, not where it does it.
-declare -ga TPU_NO_ENV_OPTS=(env dry-run help simulate-state once force delete-data restart)
+declare -ga TPU_NO_ENV_OPTS=(env dry-run help simulate-state simulate-exit-codes once force
+  delete-data restart)
 
 TPU_PROG=${0##*/}
 # shellcheck disable=SC2034  # used by the sourcing scripts (SC2034 note above)

@@ -9,7 +9,7 @@
 #                     [--attempt NAME] [--run-dir-key KEY] [--venv DIR] [--upload-every SEC]
 #                     [--restart]
 #                     [-- --config.key=value ...]
-#   worker.sh stop    --run-id ID
+#   worker.sh stop    --run-id ID [--grace SEC]   TERM, then KILL after SEC (default 300) s
 #   worker.sh status  --run-id ID    prints "running PID" (exit 0) or "not-running" (exit 3)
 #
 # Environment: TSEEDS_WORKER_ID overrides the worker index (read from the TPU metadata server
@@ -139,13 +139,17 @@ cmd_stop() {
   local dir pid i
   dir=$(run_state_dir "${A[run-id]}")
   pid=$(alive_pid "$dir") || { log "run ${A[run-id]} is not running here"; return 0; }
-  # TERM to the runner only: it forwards TERM to the trainer and still uploads the log.
+  # TERM to the runner only: it forwards TERM to the trainer, which finishes its step, writes a
+  # checkpoint and exits 75 (resume); the runner still uploads the log. The grace period must
+  # cover one step plus one checkpoint write.
+  local grace=${A[grace]:-300}
+  [[ $grace =~ ^[0-9]+$ ]] || die "--grace '$grace': a number of seconds" 2
   kill -TERM "$pid" 2>/dev/null || true
-  for ((i = 0; i < 60; i++)); do
+  for ((i = 0; i < grace; i++)); do
     kill -0 "$pid" 2>/dev/null || { log "stopped run ${A[run-id]} (pid $pid)"; return 0; }
     sleep 1
   done
-  log "run ${A[run-id]} (pid $pid) ignored TERM for 60 s; killing its process group"
+  log "run ${A[run-id]} (pid $pid) ignored TERM for $grace s; killing its process group"
   kill -KILL -- "-$pid" 2>/dev/null || true
 }
 
@@ -231,7 +235,12 @@ cmd_run() {
   done
   set -e
   kill "$uploader" 2>/dev/null || true
-  printf '[%s] train exited with code %s at %s\n' "$PROG" "$rc" "$(date -u)" >>"$log"
+  local what=""
+  case $rc in
+    75) what=" (stopped on SIGTERM or a preemption notice after a checkpoint: resume)" ;;
+    137 | 143) what=" (killed by a signal: resume from the last checkpoint)" ;;
+  esac
+  printf '[%s] train exited with code %s%s at %s\n' "$PROG" "$rc" "$what" "$(date -u)" >>"$log"
   gcs_cp "$log" "$remote" >/dev/null 2>&1 || log "upload of $log to $remote failed"
   printf '%s\n' "$rc" >"$dir/exitcode"
   gcs_cp "$dir/exitcode" "${A[log-dir]}/worker-$wid.exitcode" >/dev/null 2>&1 ||
