@@ -1,24 +1,59 @@
 """Sandbox: hostile programs score 0 within their limits, leave no process behind, cannot reach the
-network, the project or the home directory, and the reward machinery keeps working afterwards.
+network, the project, the home directories or the rest of /tmp, and the reward machinery keeps
+working afterwards.
+
+Every test runs three times, with the reward workers (and so the sandboxed programs) on three
+interpreters: this one; a venv under /tmp; a venv under the (hidden) home directory when running as
+root. The venvs hold nothing but the project's path and their interpreter is a symlink chain to the
+base one (issue 19: a venv under /tmp made every program a sandbox_error).
 
 Runs through the public "code" reward (reward worker processes). Assertions that depend on kernel
 namespaces check the isolation the sandbox reports and are skipped, with the reason, where the system
 refuses them (see docs/sandbox.md)."""
 
+import dataclasses
 import os
+import shutil
 import socket
+import sys
 import tempfile
 import time
 from pathlib import Path
 
 import pytest
 
+from tests.sandbox_utils import make_venv, workers
 from tseeds_jax import rewards
 from tseeds_jax.rewards.sandbox import PROJECT_ROOT, UID_BASE
 
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
 ADD_REF = {"stdin_stdout": [["1 2\n", "3\n"], ["10 -4", "6"]]}
 MARGIN_S = 3.0
+
+
+@dataclasses.dataclass
+class Setting:
+    python: str  # the workers' interpreter
+    prefix: str  # its sys.prefix
+    beside: str  # a directory next to it, on the host (for files the program must not see)
+
+
+@pytest.fixture(scope="module", params=["host", "venv_under_tmp", "venv_under_home"], autouse=True)
+def setting(request):
+    if request.param == "host":
+        with workers(None):
+            yield Setting(sys.executable, sys.prefix, tempfile.gettempdir())
+        return
+    if request.param == "venv_under_home" and os.geteuid() != 0:
+        pytest.skip("a venv under a hidden home directory is checked when running as root")
+    base = "/tmp" if request.param == "venv_under_tmp" else str(Path.home())
+    d = tempfile.mkdtemp(dir=base, prefix="tseeds_sbx_venv_")
+    try:
+        python = make_venv(Path(d, "venv"))
+        with workers(python):
+            yield Setting(python, str(Path(d, "venv")), d)
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
 
 
 def _sandbox_pids():
@@ -51,6 +86,12 @@ def _isolation():
     res, _ = _run(ADD)
     assert res.score == 1.0, res
     return res.details["isolation"]
+
+
+def test_issue_19_snippet_scores_correct(setting):
+    res = rewards.score_result("code", ADD, {"stdin_stdout": [["1 2\n", "3\n"]]})
+    assert (res.score, res.reason) == (1.0, "correct"), res
+    assert res.details["isolation"]["python"] == setting.python  # the workers' own interpreter ran it
 
 
 def test_correct_programs_pass_stdin_stdout_and_asserts():
@@ -141,10 +182,12 @@ def test_no_network():
     assert elapsed < 4 + MARGIN_S
 
 
-def test_cannot_write_outside_workdir(tmp_path):
+def test_cannot_write_outside_workdir(tmp_path, setting):
     iso = _isolation()
     tag = f"tseeds_sbx_probe_{os.getpid()}"
-    targets = [str(tmp_path / tag), "../" + tag]
+    # the interpreter's prefix is bound back into the sandbox (read-only) when it lies under /tmp
+    # or a hidden directory
+    targets = [str(tmp_path / tag), "../" + tag, os.path.join(setting.prefix, tag)]
     if PROJECT_ROOT:
         targets.append(os.path.join(PROJECT_ROOT, tag))
     if iso["mount"]:
@@ -159,9 +202,9 @@ def test_cannot_write_outside_workdir(tmp_path):
     assert res.score == 1.0, res
 
 
-def test_cannot_read_project_or_home():
+def test_cannot_read_project_home_or_other_tmp(setting):
     iso = _isolation()
-    made = []
+    made, readable = [], []
     try:
         dirs = [d for d in (PROJECT_ROOT, str(Path.home())) if d]
         for d in dirs:  # private (0600) files: unreadable with or without a mount namespace
@@ -169,9 +212,16 @@ def test_cannot_read_project_or_home():
             os.write(fd, b"secret")
             os.close(fd)
             made.append(path)
-        readable = []
-        if PROJECT_ROOT and iso["mount"]:
-            readable = [os.path.join(PROJECT_ROOT, "pyproject.toml")]  # world-readable on the host
+        if iso["mount"]:  # world-readable on the host: hidden only by the mount namespace
+            if PROJECT_ROOT:
+                readable.append(os.path.join(PROJECT_ROOT, "pyproject.toml"))
+            # beside the interpreter's directory (bound back), in /tmp and in the home directory
+            for d in {setting.beside, "/tmp", str(Path.home())}:
+                fd, path = tempfile.mkstemp(dir=d, prefix="tseeds_sbx_public_")
+                os.write(fd, b"public")
+                os.close(fd)
+                os.chmod(path, 0o644)
+                made.append(path)
         paths = made + readable
         prog = (
             f"n = 0\nfor p in {paths!r}:\n    try:\n        open(p).read()\n        n += 1\n"

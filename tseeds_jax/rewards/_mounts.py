@@ -97,10 +97,10 @@ class Plan:
     refused: tuple[str, ...]
 
 
-def plan(hidden: list[str], needed: list[str]) -> Plan:
-    """Plan the mounts hiding `hidden` (real directories) while keeping every path in `needed`
-    (files or directories, as the program's exec and the interpreter's startup will name them)."""
-    tmp = os.path.realpath("/tmp")
+def plan(hidden: list[str], needed: list[str], tmp: str = "/tmp") -> Plan:
+    """Plan the mounts hiding `hidden` (real directories) and `tmp` while keeping every path in
+    `needed` (files or directories, as the program's exec and the interpreter's startup name them)."""
+    tmp = os.path.realpath(tmp)
     roots = sorted({tmp, *hidden}, key=lambda p: (len(p), p))
     covers: list[str] = []
     for r in roots:  # parents sort first; a directory inside a cover is covered already

@@ -62,9 +62,9 @@ def read_frame(fd: int, deadline: float | None = None):
 
 
 class _Worker:
-    def __init__(self):
+    def __init__(self, python: str):
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tseeds_jax.rewards._worker"],
+            [python, "-m", "tseeds_jax.rewards._worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,
@@ -94,7 +94,10 @@ class _Worker:
 
 
 class WorkerPool:
-    def __init__(self, capacity: int = 1):
+    """python: the interpreter the workers (and so the sandboxed programs) run; default ours."""
+
+    def __init__(self, capacity: int = 1, python: str | None = None):
+        self._python = python or sys.executable
         self._lock = threading.Condition()
         self._idle: list[_Worker] = []
         self._busy = 0
@@ -114,7 +117,7 @@ class WorkerPool:
             if self._idle:
                 return self._idle.pop()
         try:
-            return _Worker()
+            return _Worker(self._python)
         except Exception:
             self._release(None)
             raise
@@ -167,6 +170,7 @@ class WorkerPool:
 
 
 _SHARED: WorkerPool | None = None
+_SHARED_PYTHON: str | None = None
 _SHARED_LOCK = threading.Lock()
 
 
@@ -174,6 +178,16 @@ def shared_pool() -> WorkerPool:
     global _SHARED
     with _SHARED_LOCK:
         if _SHARED is None:
-            _SHARED = WorkerPool(1)
+            _SHARED = WorkerPool(1, _SHARED_PYTHON)
             atexit.register(_SHARED.close)
         return _SHARED
+
+
+def restart_shared(python: str | None = None) -> None:
+    """Close the shared pool's workers; the next call starts new ones with `python` (default ours)
+    and the current environment (tests: another interpreter, the sandbox's test hook)."""
+    global _SHARED, _SHARED_PYTHON
+    with _SHARED_LOCK:
+        old, _SHARED, _SHARED_PYTHON = _SHARED, None, python
+    if old is not None:
+        old.close()

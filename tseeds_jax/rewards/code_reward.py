@@ -8,7 +8,8 @@ start/end ignored) — and/or "asserts" — Python source appended to the progra
 passes, else 0, and stops at the first failure (the all-or-nothing code reward of the paper);
 `mode="fraction"` gives passed / total. Reason: "correct", or the first failing test's outcome
 ("wrong", "runtime_error", "timeout", "cpu_limit", "memory", "output_limit", "killed",
-"sandbox_error"), or "invalid_input" / "budget" (total time budget `max_total_s` exhausted).
+"sandbox_error": the sandbox itself failed — `details["sandbox_error"]` names the setup step and the
+OS error), or "invalid_input" / "budget" (total time budget `max_total_s` exhausted).
 """
 
 from __future__ import annotations
@@ -83,7 +84,7 @@ def code_score(
         return RewardResult(0.0, "invalid_input", {"error": str(e)})
     limits = SandboxLimits(cpu_s=cpu_s, wall_s=wall_s, memory_mb=memory_mb, nproc=nproc)
     program = code_block(response)
-    t0, passed, outcomes, first_fail, isolation = time.monotonic(), 0, [], None, None
+    t0, passed, outcomes, first_fail, isolation, sandbox = time.monotonic(), 0, [], None, None, None
     for kind, data, expected in tests:
         if time.monotonic() - t0 + wall_s > max_total_s:
             outcome = "budget"
@@ -104,12 +105,16 @@ def code_score(
             passed += 1
         else:
             first_fail = first_fail or (outcome, r.stderr_tail[-300:] if outcome != "budget" else "")
+            if outcome == "sandbox_error" and sandbox is None:
+                sandbox = r.error  # which setup step failed, and the OS error
             if mode == "all":
                 break
     details = {"passed": passed, "total": len(tests), "outcomes": outcomes, "isolation": isolation}
     if first_fail is None:
         return RewardResult(1.0, "correct", details)
     details["stderr_tail"] = first_fail[1]
+    if sandbox is not None:
+        details["sandbox_error"] = sandbox
     s = passed / len(tests) if mode == "fraction" else 0.0
     return RewardResult(s, first_fail[0], details)
 

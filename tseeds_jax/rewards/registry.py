@@ -104,16 +104,21 @@ def call_inline(spec: RewardSpec, response: Any, reference: Any, options: dict) 
 
 def score_result(name: str, response: Any, reference: Any, **options) -> RewardResult:
     """Score one response; see the module docstring for the isolation modes."""
+    from tseeds_jax.rewards import health
+
     spec = get(name)
     if spec.isolation == "inline":
-        return call_inline(spec, response, reference, options)
-    from tseeds_jax.rewards import _pool
+        res = call_inline(spec, response, reference, options)
+    else:
+        from tseeds_jax.rewards import _pool
 
-    try:
-        timeout = float(spec.hard_timeout_s(reference, options))
-    except Exception:  # noqa: BLE001 - malformed reference: let the reward itself report it
-        timeout = 60.0
-    return _pool.shared_pool().call(spec, response, reference, options, timeout)
+        try:
+            timeout = float(spec.hard_timeout_s(reference, options))
+        except Exception:  # noqa: BLE001 - malformed reference: let the reward itself report it
+            timeout = 60.0
+        res = _pool.shared_pool().call(spec, response, reference, options, timeout)
+    health.note(res)  # the first sandbox_error of the process is logged with its cause
+    return res
 
 
 def score(name: str, response: Any, reference: Any, **options) -> float:

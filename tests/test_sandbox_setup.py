@@ -1,0 +1,213 @@
+"""Sandbox setup: the mount plan for interpreters anywhere (symlinked directories, a venv inside a
+checkout under a hidden home), failures that say which step failed and why, the one warning per
+process, the trainer's stop on an all-sandbox_error step, and `tseeds doctor`."""
+
+import errno
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from tests.sandbox_utils import PROJECT_PATH, make_venv, workers
+from tseeds_jax import rewards
+from tseeds_jax.rewards import _mounts, doctor_cli, health
+from tseeds_jax.rewards.health import SandboxUnavailableError, check_rewards
+
+ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
+ADD_REF = {"stdin_stdout": [["1 2\n", "3\n"]]}
+
+
+# --- the plan (host side, no mounts) ---
+
+
+def test_plan_covers_outer_dirs_keeps_interpreter_and_recreates_symlinked_dirs(tmp_path):
+    tmp_path = Path(os.path.realpath(tmp_path))
+    fake_tmp = tmp_path / "tmp"  # stands for /tmp
+    fake_tmp.mkdir()
+    home = tmp_path / "home"  # a hidden home holding the checkout and its .venv
+    checkout = home / "proj"
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    base = fake_tmp / "base"  # a base interpreter under /tmp, reached through a symlinked directory
+    (base / "bin").mkdir(parents=True)
+    (base / "bin" / "python3.11").write_text("")
+    (fake_tmp / "alias").symlink_to("base")
+    os.symlink(str(fake_tmp / "alias" / "bin" / "python3.11"), checkout / ".venv" / "bin" / "python")
+    (tmp_path / "usr").mkdir()
+    hidden = [str(home), str(checkout), str(tmp_path / "other")]
+    needed = [str(checkout / ".venv" / "bin" / "python"), str(checkout / ".venv"), str(tmp_path / "usr")]
+    p = _mounts.plan(hidden, needed, tmp=str(fake_tmp))
+    assert p.tmp == str(fake_tmp)
+    # the checkout is inside the hidden home: mounting over it once the home is covered would fail
+    # (ENOENT), and is not needed
+    assert p.covers == (str(home), str(tmp_path / "other"))
+    # kept: the venv inside the hidden checkout, the real directory of the base interpreter under
+    # /tmp; not the directory that is covered by nothing
+    assert p.keep == (str(base / "bin"), str(checkout / ".venv"))
+    # the venv's own link lies inside a kept directory; the directory alias is recreated
+    assert p.links == ((str(fake_tmp / "alias"), "base"),)
+    assert p.recover == () and p.refused == ()
+
+
+def test_plan_covers_again_a_hidden_dir_inside_a_kept_one_and_refuses_a_covered_root(tmp_path):
+    tmp_path = Path(os.path.realpath(tmp_path))
+    prefix = tmp_path / "hidden" / "prefix"
+    (prefix / "secret").mkdir(parents=True)
+    (tmp_path / "other").mkdir()
+    hidden = [str(tmp_path / "hidden"), str(prefix / "secret"), str(tmp_path / "other")]
+    p = _mounts.plan(hidden, [str(prefix)], tmp=str(tmp_path / "tmp"))
+    assert p.keep == (str(prefix),) and p.recover == (str(prefix / "secret"),)
+    p = _mounts.plan(hidden, [str(tmp_path / "hidden")], tmp=str(tmp_path / "tmp"))
+    assert p.keep == () and p.refused == (str(tmp_path / "hidden"),)
+
+
+def test_resolve_follows_relative_and_absolute_links_and_stops_loops(tmp_path):
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "b" / "f").write_text("")
+    (tmp_path / "rel").symlink_to("a/b")
+    (tmp_path / "abs").symlink_to(tmp_path / "rel")
+    real, links = _mounts.resolve(str(tmp_path / "abs" / "f"))
+    assert real == os.path.realpath(tmp_path / "a" / "b" / "f")
+    expected = [str(tmp_path / "abs"), os.path.join(os.path.realpath(tmp_path), "rel")]
+    assert [loc for loc, _ in links] == expected
+    (tmp_path / "loop").symlink_to("loop")
+    with pytest.raises(OSError) as e:
+        _mounts.resolve(str(tmp_path / "loop" / "x"))
+    assert e.value.errno == errno.ELOOP
+
+
+# --- interpreters in awkward places, end to end ---
+
+
+def test_venv_reached_through_a_symlinked_directory_under_tmp():
+    d = tempfile.mkdtemp(dir="/tmp", prefix="tseeds_sbx_link_")
+    try:
+        make_venv(Path(d, "real", "venv"))
+        os.symlink("real", os.path.join(d, "link"))
+        python = os.path.join(d, "link", "venv", "bin", "python")
+        with workers(python):
+            res = rewards.score_result("code", ADD, ADD_REF)
+        assert (res.score, res.reason) == (1.0, "correct"), res
+        assert res.details["isolation"]["python"] == python
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a checkout under the hidden home is checked as root")
+def test_checkout_under_hidden_home_with_its_venv_inside():
+    """The checkout (hidden: PROJECT_ROOT) lies inside the hidden home, its .venv inside the
+    checkout: the home's tmpfs covers both, the .venv alone comes back."""
+    d = tempfile.mkdtemp(dir=Path.home(), prefix="tseeds_sbx_home_")
+    try:
+        checkout = Path(d, "checkout")
+        shutil.copytree(Path(PROJECT_PATH, "tseeds_jax", "rewards"), checkout / "tseeds_jax" / "rewards",
+                        ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copy(Path(PROJECT_PATH, "tseeds_jax", "__init__.py"), checkout / "tseeds_jax")
+        (checkout / "pyproject.toml").write_text("# a checkout: the sandbox hides it\n")
+        python = make_venv(checkout / ".venv", project=str(checkout))
+        Path(d, "notes.txt").write_text("beside the checkout\n")
+        probe = "\n".join(f"import os; print(os.path.exists({str(p)!r}))"
+                          for p in (checkout / "pyproject.toml", Path(d, "notes.txt"), checkout / ".venv"))
+        with workers(python):
+            res = rewards.score_result("code", ADD, ADD_REF)
+            seen = rewards.score_result("code", probe, {"stdin_stdout": [["", "False\nFalse\nTrue"]]})
+        assert (res.score, res.reason) == (1.0, "correct"), res
+        assert res.details["isolation"]["python"] == python
+        assert res.details["isolation"]["mount"]
+        # the checkout's files and the home's other contents are hidden, the .venv is not
+        assert seen.reason == "correct", seen
+    finally:
+        shutil.rmtree(d, ignore_errors=True)
+
+
+# --- failures say why ---
+
+
+@pytest.fixture
+def fresh_health(monkeypatch):
+    monkeypatch.setattr(health, "_first_cause", None)
+
+
+def test_mount_failure_names_step_and_errno_and_warns_once(fresh_health, caplog):
+    with workers(None, **{_mounts.FAIL_ENV: "mount"}), caplog.at_level(logging.WARNING):
+        res = rewards.score_result("code", ADD, ADD_REF)
+        again = rewards.score_result("code", ADD, ADD_REF)
+    for r in (res, again):
+        assert (r.score, r.reason) == (0.0, "sandbox_error"), r
+    err = res.details["sandbox_error"]
+    assert err["step"] == "mount tmpfs on " + os.path.realpath("/tmp"), err
+    assert (err["errno"], err["errno_name"]) == (errno.ENODEV, "ENODEV"), err
+    assert "mount tmpfs on" in res.details["stderr_tail"]
+    warned = [r for r in caplog.records if r.name == "tseeds_jax.rewards" and "sandbox" in r.getMessage()]
+    assert len(warned) == 1 and "mount tmpfs on" in warned[0].getMessage() and "No such device" in (
+        warned[0].getMessage()
+    )
+    assert health.first_cause() is not None
+    # the workers restarted without the hook run programs again
+    assert rewards.score_result("code", ADD, ADD_REF).reason == "correct"
+
+
+def test_exec_failure_names_the_interpreter_and_errno(fresh_health):
+    with workers(None, **{_mounts.FAIL_ENV: "exec"}):
+        res = rewards.score_result("code", ADD, ADD_REF)
+    assert res.reason == "sandbox_error", res
+    err = res.details["sandbox_error"]
+    assert err["step"].startswith("exec /nonexistent/") and err["errno"] == errno.ENOENT, err
+
+
+def test_check_rewards_stops_only_an_all_sandbox_error_step():
+    check_rewards([])
+    check_rewards(["correct", "sandbox_error"])
+    check_rewards(["runtime_error"] * 4)
+    with pytest.raises(SandboxUnavailableError, match="all 3 rewards of this step are sandbox_error"):
+        check_rewards(["sandbox_error"] * 3)
+
+
+# --- tseeds doctor ---
+
+
+def test_doctor_reports_layers_when_healthy(capsys):
+    with workers(None):
+        code = doctor_cli.main([])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "1.0 correct" in out and "mount namespace" in out and "seccomp filter" in out
+
+
+def test_doctor_fails_with_the_step_when_the_sandbox_cannot_run(capsys, fresh_health):
+    with workers(None, **{_mounts.FAIL_ENV: "mount"}):
+        code = doctor_cli.main([])
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "sandbox FAILED" in out and "mount tmpfs on" in out and "ENODEV" in out
+
+
+def test_doctor_bad_argument():
+    assert doctor_cli.main(["--no-such-flag"]) == 2
+
+
+# --- training stops instead of learning from zeros ---
+
+
+def _code_reward_fn(texts, refs):
+    ref = {"stdin_stdout": [["", "1"]]}
+    results = rewards.score_batch("code", texts, [ref] * len(texts), max_workers=2)
+    return [(r.score, r.reason) for r in results]
+
+
+@pytest.mark.slow
+def test_training_on_code_rewards_stops_when_the_sandbox_cannot_run(tmp_path, fresh_health):
+    from tests.trainer_utils import tiny_cd
+    from tseeds_jax.rl.config import TrainConfig
+    from tseeds_jax.rl.runner import make_trainer
+
+    with workers(None):  # the same reward function grades normally without the hook
+        assert {reason for _, reason in _code_reward_fn(["print(1)", "x ="], [None, None])} == {
+            "correct", "runtime_error"}
+    cfg = TrainConfig.from_config(tiny_cd(tmp_path, steps=2, **{"seeds.refresh_interval": 1}))
+    trainer = make_trainer(cfg, checkpoints=False, env_overrides={"reward_fn": _code_reward_fn})
+    with workers(None, **{_mounts.FAIL_ENV: "mount"}):
+        with pytest.raises(SandboxUnavailableError, match="mount tmpfs on .*No such device"):
+            trainer.run()
