@@ -19,6 +19,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "serve": ("tseeds_jax.sampling.serve", "serve a checkpoint with JetStream's gRPC server"),
     "plan": ("tseeds_jax.scale.plan_cli", "per-device memory plan for a config"),
     "tokenizer": ("tseeds_jax.data.tokenizer_cli", "train or inspect a tokenizer"),
+    "doctor": ("tseeds_jax.rewards.doctor_cli", "check that the code sandbox runs programs here"),
 }
 
 
