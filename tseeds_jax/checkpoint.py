@@ -82,6 +82,19 @@ def _savable(tree):
     return jax.tree.map(lambda x: np.asarray(x) if isinstance(x, np.generic) else x, tree)
 
 
+def _check_shapes(restored, target, where) -> None:
+    """Orbax restores a numpy target leaf with the shape on disk, whatever the target says: a
+    checkpoint of another model would load silently. Every shape must match."""
+    if target is None:
+        return
+    got = jax.tree_util.tree_flatten_with_path(restored)[0]
+    want = jax.tree_util.tree_leaves(target)
+    for (keypath, r), t in zip(got, want):
+        if hasattr(t, "shape") and tuple(np.shape(r)) != tuple(t.shape):
+            raise ValueError(f"{where}: array {jax.tree_util.keystr(keypath)} has shape "
+                             f"{tuple(np.shape(r))} on disk; expected {tuple(t.shape)}")
+
+
 def _unsavable(restored, target):
     if target is None:
         return restored
@@ -178,6 +191,7 @@ def restore_pytree(path, target=None) -> tuple[Any, dict]:
         raise FileNotFoundError(f"{path}: no checkpoint there")
     with ocp.Checkpointer(_handler(True)) as ckptr:
         out = ckptr.restore(path, args=_restore_args(target))
+    _check_shapes(out[STATE], target, path)
     return _unsavable(out[STATE], target), dict(out[META] or {})
 
 
@@ -237,6 +251,7 @@ class Checkpoints:
             raise FileNotFoundError(f"{self.directory}: no checkpoint for step {step}; "
                                     f"available: {self.steps()}")
         out = self._manager.restore(int(step), args=_restore_args(target))
+        _check_shapes(out[STATE], target, self.directory / str(step))
         return _unsavable(out[STATE], target), dict(out[META] or {})
 
     def read_meta(self, step: int | None = None) -> dict:

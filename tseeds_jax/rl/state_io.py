@@ -75,7 +75,7 @@ class RunCheckpointer:
                 buf.write(json.dumps(payload).encode())
             tmp = path.parent / (path.name + ".tmp")
             tmp.write_bytes(buf.getvalue())
-            tmp.rename(path)
+            tmp.replace(path)  # a file left by a killed attempt at this step: overwrite
 
     def _write_extra(self, step: int, extra: dict) -> None:
         """extra: {"arrays": flat dict name -> numpy array, "json": dict}, written atomically."""
@@ -89,7 +89,7 @@ class RunCheckpointer:
                 buf.write(json.dumps(extra["json"]).encode())
             tmp = path.parent / (path.name + ".tmp")
             tmp.write_bytes(buf.getvalue())
-            tmp.rename(path)
+            tmp.replace(path)  # a file left by a killed attempt at this step: overwrite
 
     def _read_extra(self, step: int) -> dict | None:
         npz, js = self._seed_path(step, "extra.npz"), self._seed_path(step, "extra.json")

@@ -1,0 +1,232 @@
+"""`tseeds train` subprocesses stopped by SIGKILL, SIGTERM and SIGINT resume bitwise.
+
+A tiny seeded Thinking Seeds run (refresh every 3 steps, checkpoint every 2, so checkpoints land
+inside refresh cycles with seeds cached) is trained once without interruption (the reference),
+then again with interruptions and restarts; the final checkpoint (parameters, optimizer state,
+seed cache, loss-family state), metrics.jsonl and the TensorBoard events must equal the
+reference's bitwise (timing metrics aside). Processes share a JAX compilation cache, which only
+skips compile time: the cached executables are the ones a cold start compiles.
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+
+from tests.test_preemption import read_scalars
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+STEPS = 8
+# `tseeds train`'s main, after registering a reward with variance inside groups (the task's own
+# reward is ~0 for a random model, which would leave the parameters unchanged).
+LAUNCH = """
+import sys
+from tseeds_jax.rewards.registry import register
+
+@register("test_parity", isolation="inline")
+def parity(response, reference, **options):
+    return float(len(response) % 2)
+
+from tseeds_jax.rl import train_cli
+sys.exit(train_cli.main(sys.argv[1:]))
+"""
+TIMING = ("time_", "tokens_per_second")
+
+
+def _args(run_dir):
+    return [f"--config={ROOT}/configs/tiny_seeds_ratio.py", f"--config.run_dir={run_dir}",
+            "--config.progress=False", "--config.model.arch.num_hidden_layers=1",
+            "--config.model.arch.hidden_size=32", "--config.model.arch.intermediate_size=64",
+            "--config.rollout.max_response_len=20", "--config.seeds.refresh_interval=3",
+            f"--config.steps={STEPS}", "--config.checkpoint_every=2",
+            "--config.checkpoint_every_minutes=0", "--config.reward=test_parity"]
+
+
+class Proc:
+    """A `tseeds train` subprocess whose stderr lines are collected as they come."""
+
+    def __init__(self, run_dir, cache_dir, **env):
+        full = {k: v for k, v in os.environ.items() if not k.startswith(("TSEEDS_", "XLA_"))}
+        full.update(JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
+                    XLA_FLAGS="--xla_force_host_platform_device_count=1",
+                    JAX_COMPILATION_CACHE_DIR=str(cache_dir),
+                    JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
+                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", **env)
+        self.run_dir = run_dir
+        self.p = subprocess.Popen([sys.executable, "-c", LAUNCH, *_args(run_dir)], cwd=ROOT,
+                                  env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                  text=True)
+        self.lines: list[str] = []
+        self.out = ""
+        self._t = threading.Thread(target=self._read, daemon=True)
+        self._t.start()
+
+    def _read(self):
+        for line in self.p.stderr:
+            self.lines.append(line)
+
+    def wait_for(self, pred, timeout=240.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if pred():
+                return True
+            if self.p.poll() is not None:
+                return pred()
+            time.sleep(0.02)
+        raise AssertionError(f"timed out; stderr: {''.join(self.lines)[-3000:]}")
+
+    def metric_lines(self):
+        try:
+            with open(os.path.join(self.run_dir, "metrics.jsonl")) as f:
+                return sum(1 for line in f if line.endswith("\n"))
+        except FileNotFoundError:
+            return 0
+
+    def finish(self, timeout=300):
+        self.out = self.p.communicate(timeout=timeout)[0]
+        self._t.join(timeout=10)
+        return self.p.returncode
+
+    @property
+    def stderr(self):
+        return "".join(self.lines)
+
+
+@pytest.fixture(scope="module")
+def cache_dir(tmp_path_factory):
+    return tmp_path_factory.mktemp("jax_cache")
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, cache_dir):
+    run_dir = tmp_path_factory.mktemp("reference")
+    p = Proc(run_dir, cache_dir)
+    assert p.finish() == 0, p.stderr[-3000:]
+    return run_dir
+
+
+def _latest(run_dir):
+    steps = [int(d) for d in os.listdir(os.path.join(run_dir, "ckpt")) if d.isdigit()]
+    return max(steps) if steps else None
+
+
+def _final_state(run_dir):
+    from tseeds_jax import checkpoint
+
+    step = _latest(run_dir)
+    tree, meta = checkpoint.Checkpoints(os.path.join(run_dir, "ckpt"), keep_last=None).restore(
+        step)
+    out = {f"orbax/{i}": np.asarray(x) for i, x in enumerate(
+        __import__("jax").tree_util.tree_leaves(tree))}
+    seed_dir = os.path.join(run_dir, "seed_cache", str(step))
+    for name in sorted(os.listdir(seed_dir)):
+        path = os.path.join(seed_dir, name)
+        if name.endswith(".npz"):
+            with np.load(path) as z:
+                out.update({f"{name}/{k}": z[k] for k in z.files})
+        else:
+            with open(path) as f:
+                out[name] = json.load(f)
+    return step, meta, out
+
+
+def _metrics(run_dir):
+    with open(os.path.join(run_dir, "metrics.jsonl")) as f:
+        recs = [json.loads(line) for line in f]
+    return [{k: v for k, v in r.items() if not k.startswith(TIMING)} for r in recs]
+
+
+def assert_same_run(run_dir, reference):
+    step, meta, state = _final_state(run_dir)
+    ref_step, ref_meta, ref_state = _final_state(reference)
+    assert step == ref_step == STEPS
+    assert meta["data"] == ref_meta["data"]
+    assert sorted(state) == sorted(ref_state)
+    assert any(k.startswith("seed") or "host-0000" in k for k in state)
+    for k, ref in ref_state.items():
+        if isinstance(ref, np.ndarray):
+            assert state[k].dtype == ref.dtype, k
+            np.testing.assert_array_equal(state[k], ref, err_msg=k)  # bitwise
+        else:
+            assert state[k] == ref, k
+    got, want = _metrics(run_dir), _metrics(reference)
+    assert [r["step"] for r in got] == list(range(STEPS))  # no step twice, none missing
+    assert got == want
+    assert any(r["loss"] != 0 for r in want)  # the reference run learns something
+    tb, ref_tb = read_scalars(os.path.join(run_dir, "tb")), read_scalars(
+        os.path.join(reference, "tb"))
+    assert [s for s, _ in tb["loss"]] == list(range(STEPS))
+    assert tb["loss"] == ref_tb["loss"] and tb["reward"] == ref_tb["reward"]
+
+
+@pytest.mark.slow
+def test_random_sigkills_resume_bitwise(tmp_path, cache_dir, reference):
+    """Five SIGKILLs at seeded random moments, two of them inside a checkpoint write (after the
+    seed cache is written; Orbax's step written but not committed), then a run to the end."""
+    rng = np.random.default_rng(15)
+    run_dir = tmp_path / "run"
+    plans = ["metrics", "seed-cache-written", "metrics", "orbax-uncommitted", "metrics"]
+    for plan in plans:
+        env = {"TSEEDS_TEST_SAVE_DELAY_S": "3"} if plan != "metrics" else {}
+        p = Proc(run_dir, cache_dir, **env)
+        start = p.metric_lines()
+        if plan == "metrics":
+            # after a random number of further steps, a random fraction of a second later
+            target = min(start + int(rng.integers(1, 3)), STEPS - 1)
+            p.wait_for(lambda t=target: p.metric_lines() >= t)
+            time.sleep(float(rng.uniform(0.0, 1.0)))
+        else:
+            p.wait_for(lambda w=plan: any(f"TSEEDS_TEST_SAVE {w}" in x for x in p.lines))
+            time.sleep(float(rng.uniform(0.2, 2.0)))  # inside the 3 s delay
+        assert p.p.poll() is None, f"{plan}: the run ended before the kill:\n{p.stderr[-2000:]}"
+        p.p.send_signal(signal.SIGKILL)
+        assert p.finish() == -signal.SIGKILL
+        if plan == "orbax-uncommitted":  # the kill left Orbax's temporary step behind
+            assert any("orbax-checkpoint-tmp" in d for d in os.listdir(run_dir / "ckpt"))
+    p = Proc(run_dir, cache_dir)
+    assert p.finish() == 0, p.stderr[-3000:]
+    assert "resumed from step" in p.out
+    assert_same_run(run_dir, reference)
+
+
+@pytest.mark.slow
+def test_sigterm_mid_step_checkpoints_exits_75_and_resumes_bitwise(tmp_path, cache_dir, reference):
+    run_dir = tmp_path / "run"
+    p = Proc(run_dir, cache_dir)
+    p.wait_for(lambda: p.metric_lines() >= 3)  # step 3 is under way
+    p.p.send_signal(signal.SIGTERM)
+    assert p.finish() == 75, p.stderr[-3000:]
+    (line,) = [x for x in p.stderr.splitlines() if "checkpoint written at step" in x]
+    step = int(line.split("checkpoint written at step ")[1].split()[0])
+    assert "SIGTERM" in line and 3 <= step < STEPS
+    assert _latest(run_dir) == step
+    assert p.metric_lines() == step
+    p = Proc(run_dir, cache_dir)
+    assert p.finish() == 0, p.stderr[-3000:]
+    assert f"resumed from step {step}" in p.out
+    assert_same_run(run_dir, reference)
+
+
+@pytest.mark.slow
+def test_sigint_leaves_a_checkpoint_at_the_step_it_reports(tmp_path, cache_dir, reference):
+    run_dir = tmp_path / "run"
+    p = Proc(run_dir, cache_dir)
+    p.wait_for(lambda: p.metric_lines() >= 1)
+    p.p.send_signal(signal.SIGINT)
+    assert p.finish() == 130, p.stderr[-3000:]
+    (line,) = [x for x in p.stderr.splitlines() if "checkpoint written at step" in x]
+    step = int(line.split("checkpoint written at step ")[1].split()[0])
+    assert line.startswith("interrupted (SIGINT)") and 1 <= step < STEPS
+    assert _latest(run_dir) == step and p.metric_lines() == step
+    # the checkpoint holds the state that the reference run had after the same steps
+    from tseeds_jax import checkpoint
+
+    meta = checkpoint.Checkpoints(os.path.join(run_dir, "ckpt"), keep_last=None).read_meta(step)
+    assert meta["step"] == step and meta["tag"] == ""
+    assert _metrics(run_dir) == _metrics(reference)[:step]
