@@ -10,10 +10,9 @@ from flax import nnx
 
 from tseeds_jax.model import ModelConfig, init_model
 from tseeds_jax.sampling import core, generate
+from tseeds_jax.sampling import jetstream_compat as compat
+from tseeds_jax.sampling.engine import BOS_SENTINEL, TSeedsEngine
 from tseeds_jax.sampling.strategies import TopK
-
-compat = pytest.importorskip("tseeds_jax.sampling.jetstream_compat")
-from tseeds_jax.sampling.engine import BOS_SENTINEL, TSeedsEngine  # noqa: E402
 
 CFG = ModelConfig(vocab_size=128, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                   num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=128)

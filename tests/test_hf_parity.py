@@ -7,12 +7,10 @@ randomised, saved with HF's own `save_pretrained`, loaded with ours and compared
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
 
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
-
-from tseeds_jax.hf import from_pretrained  # noqa: E402
-from tseeds_jax.hf.testing import hf_reference_model  # noqa: E402
+from tseeds_jax.hf import from_pretrained
+from tseeds_jax.hf.testing import hf_reference_model
 
 TOL = 1e-4  # float32 logits max-abs difference (acceptance bound)
 

@@ -9,16 +9,15 @@ import json
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
+import transformers
 from jax.sharding import PartitionSpec
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-
-from tseeds_jax.hf import cli as convert_cli  # noqa: E402
-from tseeds_jax.hf import from_pretrained, load_checkpoint_model, save_pretrained  # noqa: E402
-from tseeds_jax.hf import safetensors_io as st  # noqa: E402
-from tseeds_jax.hf.testing import hf_reference_model  # noqa: E402
-from tseeds_jax.model.sharding import make_mesh  # noqa: E402
+from tseeds_jax.hf import cli as convert_cli
+from tseeds_jax.hf import from_pretrained, load_checkpoint_model, save_pretrained
+from tseeds_jax.hf import safetensors_io as st
+from tseeds_jax.hf.testing import hf_reference_model
+from tseeds_jax.model.sharding import make_mesh
 
 CFG = dict(model_type="qwen2", vocab_size=97, hidden_size=32, intermediate_size=48,
             num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,

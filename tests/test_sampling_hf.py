@@ -7,12 +7,11 @@ config on the HF side; their weights are copied into our model with a test-local
 import jax.numpy as jnp
 import numpy as np
 import pytest
+import torch
+import transformers
 
-torch = pytest.importorskip("torch")
-transformers = pytest.importorskip("transformers")
-
-from tseeds_jax.model import ModelConfig, init_model  # noqa: E402
-from tseeds_jax.sampling import generate  # noqa: E402
+from tseeds_jax.model import ModelConfig, init_model
+from tseeds_jax.sampling import generate
 
 
 def _hf_model(kind: str):

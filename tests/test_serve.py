@@ -10,11 +10,9 @@ import grpc
 import pytest
 
 from tseeds_jax.sampling import generate
-
-pytest.importorskip("tseeds_jax.sampling.jetstream_compat")
-from tseeds_jax.sampling.engine import TSeedsEngine  # noqa: E402
-from tseeds_jax.sampling.jetstream_compat import jetstream_pb2, jetstream_pb2_grpc  # noqa: E402
-from tseeds_jax.sampling.serve import load_model, start_server  # noqa: E402
+from tseeds_jax.sampling.engine import TSeedsEngine
+from tseeds_jax.sampling.jetstream_compat import jetstream_pb2, jetstream_pb2_grpc
+from tseeds_jax.sampling.serve import load_model, start_server
 
 
 def _free_port() -> int:

@@ -42,8 +42,13 @@ def write_random_hf_folder(cfg: ModelConfig, path: str | os.PathLike, *, dtype: 
 
 def hf_reference_model(hf_config: dict, *, seed: int = 0, torch_dtype=None):
     """A random `transformers` causal LM (eval mode) with randomised norms and biases."""
-    import torch
-    import transformers
+    # torch and transformers are test-only packages (requirements-test.txt), never runtime ones.
+    try:
+        import torch
+        import transformers
+    except ImportError as e:
+        raise ImportError(f"hf_reference_model needs torch and transformers ({e}); install the "
+                          "test packages: pip install -r requirements-test.txt") from e
 
     torch.manual_seed(seed)
     config = transformers.AutoConfig.for_model(**hf_config)
