@@ -45,16 +45,25 @@ def pad_to(x, axis, size, value=0):
     return jnp.pad(x, pads, constant_values=value)
 
 
+def dot_precision(dtype):
+    """Explicit matmul precision inside kernels: float32 inputs get full float32 accuracy, 16-bit
+    inputs a single pass (Mosaic rejects an fp32 contract precision on bf16 operands, which a
+    process-wide `jax_default_matmul_precision=highest` would otherwise request)."""
+    return lax.Precision.HIGHEST if jnp.dtype(dtype).itemsize >= 4 else lax.Precision.DEFAULT
+
+
 def tile_logits(h, w_ref, bd, inv_temp):
     """Scaled logits [Bn, Bv] (float32) of a hidden tile h [Bn, Dp] (value or ref) and the
     resident unembedding tile w_ref [Dp, Bv]; Bd-wide slices of D when bd is set."""
     dp = h.shape[1]
     if bd is None or bd >= dp:
-        acc = jnp.dot(h[...], w_ref[...], preferred_element_type=jnp.float32)
+        acc = jnp.dot(h[...], w_ref[...], preferred_element_type=jnp.float32,
+                      precision=dot_precision(w_ref.dtype))
     else:
         def body(k, acc):
             sl = pl.ds(pl.multiple_of(k * bd, bd), bd)
-            return acc + jnp.dot(h[:, sl], w_ref[sl, :], preferred_element_type=jnp.float32)
+            return acc + jnp.dot(h[:, sl], w_ref[sl, :], preferred_element_type=jnp.float32,
+                                 precision=dot_precision(w_ref.dtype))
 
         acc = lax.fori_loop(0, dp // bd, body,
                             jnp.zeros((h.shape[0], w_ref.shape[1]), jnp.float32))

@@ -39,7 +39,7 @@ from jax import lax
 from jax.experimental import pallas as pl
 
 from ._common import cdiv, dlogits, entropy_from_stats
-from ._pallas_common import compiler_params, pad_to, tile_logits
+from ._pallas_common import compiler_params, dot_precision, pad_to, tile_logits
 
 STAT_ROWS = 8  # one (8, 128) tile height of per-token backward inputs
 _M, _R, _ENT, _GLP, _GENT, _TGT = range(6)
@@ -91,7 +91,8 @@ def _dh_kernel(h_ref, w_ref, stats_ref, dh_ref, acc_ref, *, v, bd, inv_temp):
 
     def accumulate(w):
         acc_ref[...] += lax.dot_general(dz.astype(w.dtype), w, (((1,), (1,)), ((), ())),
-                                        preferred_element_type=jnp.float32)
+                                        preferred_element_type=jnp.float32,
+                                        precision=dot_precision(w.dtype))
 
     if v % bv == 0:
         accumulate(w_ref[...])
@@ -119,7 +120,8 @@ def _dw_kernel(h_ref, w_ref, stats_ref, dw_ref, acc_ref, *, v, bd, inv_temp):
 
     dz = _tile_dz(h_ref, w_ref, stats_ref, j, v=v, bd=bd, inv_temp=inv_temp)
     acc_ref[...] += lax.dot_general(h_ref[...], dz.astype(h_ref.dtype), (((0,), (0,)), ((), ())),
-                                    preferred_element_type=jnp.float32)
+                                    preferred_element_type=jnp.float32,
+                                    precision=dot_precision(h_ref.dtype))
 
     @pl.when(i == nt - 1)
     def _():

@@ -19,6 +19,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from tseeds_jax.kernels import (
+    TPU_GENERATIONS,
+    choose_blocks,
+    compile_target,
     default_impl,
     logprob_entropy,
     logprob_entropy_chunked,
@@ -190,6 +193,35 @@ def test_public_api_grad_and_jit():
         dh, dw = jax.jit(jax.grad(loss, argnums=(0, 1)))(h, w)
         assert rel_err(dh, want[2]) <= F32_TOL and rel_err(dw, want[3]) <= F32_TOL, impl
     assert default_impl() == "chunked"  # CPU
+    with compile_target("tpu", "v5e"):  # compile-only TPU targets select the Pallas kernels
+        assert default_impl(h) == "pallas"
+    assert default_impl(h) == "chunked"
+
+
+def test_compile_target_bad_input():
+    with pytest.raises(ValueError, match="platform.*'npu'"):
+        with compile_target("npu"):
+            pass
+    with pytest.raises(ValueError, match="generation.*'v9'"):
+        with compile_target("tpu", "v9"):
+            pass
+
+
+@pytest.mark.parametrize("gen", [*TPU_GENERATIONS, None])
+@pytest.mark.parametrize("n, d, v", [(3072, 3584, 152064), (8192, 1536, 151936),
+                                     (16384, 2560, 151936), (2048, 512, 32768), (37, 20, 300)])
+def test_tpu_block_choice_fits_layout_and_vmem(gen, n, d, v):
+    from tseeds_jax.kernels.tpu_blocks import (
+        FALLBACK_GENERATION,
+        VMEM_BUDGET_FRACTION,
+        vmem_estimate,
+    )
+
+    bn, bv = choose_blocks(gen, n, d, v)
+    # (8, 128) tiles: lane blocks are multiples of 128 unless one block covers all N tokens.
+    assert bv % 128 == 0 and (bn % 128 == 0 or bn >= n), (bn, bv)
+    vmem = TPU_GENERATIONS[gen or FALLBACK_GENERATION].vmem_bytes
+    assert vmem_estimate(bn, bv, d) <= VMEM_BUDGET_FRACTION * vmem, (bn, bv)
 
 
 # --------------------------------------------------------------------------- memory
