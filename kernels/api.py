@@ -5,7 +5,7 @@ Shape letters: N flattened tokens, D model width, V vocabulary.
 
 from __future__ import annotations
 
-from . import target
+from . import sharded, target
 from ._common import validate
 from .chunked import logprob_entropy_chunked
 from .naive import logprob_entropy_naive
@@ -47,4 +47,8 @@ def logprob_entropy(hidden_ND, unembed_DV, targets_N, *, temperature: float = 1.
         impl = default_impl(hidden_ND, unembed_DV, targets_N)
     fn = {"pallas": logprob_entropy_pallas, "chunked": logprob_entropy_chunked,
           "naive": logprob_entropy_naive}[impl]
+    if impl == "pallas":
+        # XLA partitions the XLA implementations itself, but not a Pallas call (sharded.py).
+        return sharded.over_tokens(lambda h, w, t: fn(h, w, t, temperature=temp), hidden_ND,
+                                   unembed_DV, targets_N)
     return fn(hidden_ND, unembed_DV, targets_N, temperature=temp)

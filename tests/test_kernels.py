@@ -308,3 +308,37 @@ def test_out_of_range_targets_under_jit_give_nan_logp(impl):
     keep[[2, 4]] = False
     assert rel_err(logp[keep], ref_logp[keep]) <= F32_TOL
     assert rel_err(ent, ref_ent) <= F32_TOL
+
+
+# --------------------------------------------------------------------------- sharded inputs
+
+
+def test_pallas_on_a_mesh_runs_per_token_shard():
+    # A Pallas call cannot be partitioned by XLA; on a mesh the public API runs it per token shard
+    # (kernels/sharded.py) and d unembed is summed over the shards.
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    n = 40  # 10 tokens per shard of a 2 x 2 mesh: ragged against block_n 16
+    rng = np.random.default_rng(9)
+    h = rng.normal(size=(n, D))
+    w = rng.normal(size=(D, V)) / np.sqrt(D) * 3.0
+    tgt, g_lp, g_ent = rng.integers(0, V, n), rng.normal(size=n), rng.normal(size=n)
+    mesh = Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("data", "fsdp"))
+    put = lambda x, spec, dt: jax.device_put(jnp.asarray(x, dt), NamedSharding(mesh, spec))
+    args = (put(h, P(("data", "fsdp"), None), jnp.float32), put(w, P(None, "fsdp"), jnp.float32),
+            put(tgt, P(("data", "fsdp")), jnp.int32))
+    cts = (put(g_lp, P(("data", "fsdp")), jnp.float32),
+           put(g_ent, P(("data", "fsdp")), jnp.float32))
+
+    def loss(h, w, t, a, b):
+        logp, ent = logprob_entropy(h, w, t, temperature=0.9, impl="pallas")
+        return logp @ a + ent @ b, (logp, ent)
+
+    (_, (logp, ent)), (dh, dw) = jax.jit(
+        jax.value_and_grad(loss, argnums=(0, 1), has_aux=True))(*args, *cts)
+    assert "shard_map" in str(jax.make_jaxpr(loss)(*args, *cts))
+    want = reference(h, w, tgt, 0.9, g_lp, g_ent)
+    for name, x, ref in zip(("logp", "entropy", "d_hidden", "d_unembed"), (logp, ent, dh, dw),
+                            want):
+        assert rel_err(x, ref) <= F32_TOL, (name, rel_err(x, ref))

@@ -113,6 +113,26 @@ def test_target_from_input_sharding(v5p):
         "tpu", "v5p", "pallas")
 
 
+def test_public_api_compiles_on_a_v5p_mesh(v5p):
+    # XLA cannot partition a Mosaic call; logprob_entropy must run it per token shard.
+    from tseeds_jax.kernels import logprob_entropy
+
+    mesh = Mesh(np.array(v5p.devices).reshape(2, 2), ("data", "fsdp"))
+    s = lambda shape, dt, spec: jax.ShapeDtypeStruct(shape, dt, sharding=NamedSharding(mesh, spec))
+    n, d, v = 4 * 512, 256, 4096
+    tok = P(("data", "fsdp"))
+    args = (s((n, d), jnp.bfloat16, P(tok[0], None)), s((d, v), jnp.bfloat16, P(None, "fsdp")),
+            s((n,), jnp.int32, tok), s((n,), jnp.float32, tok), s((n,), jnp.float32, tok))
+
+    def loss(h, w, t, a, b):
+        logp, ent = logprob_entropy(h, w, t)  # impl="auto": Pallas on this TPU mesh
+        return logp @ a + ent @ b
+
+    hlo = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(*args).compile().as_text()
+    assert "tpu_custom_call" in hlo
+    assert f"f32[{v // 256},4,{n // 4}]" in hlo  # forward partials of one shard's 512 tokens
+
+
 def test_vmem_table_matches_jax_chip_table():
     # tpu_blocks.py copies the VMEM / peak / bandwidth figures; JAX's own table is the source.
     from jax.experimental.pallas import tpu as pltpu
