@@ -92,6 +92,10 @@ def test_issue_19_snippet_scores_correct(setting):
     res = rewards.score_result("code", ADD, {"stdin_stdout": [["1 2\n", "3\n"]]})
     assert (res.score, res.reason) == (1.0, "correct"), res
     assert res.details["isolation"]["python"] == setting.python  # the workers' own interpreter ran it
+    # and the program runs in its environment: a venv stays a venv (its sys.prefix)
+    prefix_ref = {"stdin_stdout": [["", setting.prefix]]}
+    res = rewards.score_result("code", "import sys\nprint(sys.prefix)\n", prefix_ref)
+    assert res.reason == "correct", res
 
 
 def test_correct_programs_pass_stdin_stdout_and_asserts():

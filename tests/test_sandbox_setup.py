@@ -6,6 +6,7 @@ import errno
 import logging
 import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
@@ -211,3 +212,32 @@ def test_training_on_code_rewards_stops_when_the_sandbox_cannot_run(tmp_path, fr
     with workers(None, **{_mounts.FAIL_ENV: "mount"}):
         with pytest.raises(SandboxUnavailableError, match="mount tmpfs on .*No such device"):
             trainer.run()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare(1)")
+def test_venv_on_a_read_only_bind_mount_under_the_hidden_home():
+    """The venv is reached through a read-only bind mount placed in the hidden home (made in a
+    private mount namespace of a child process: the host's mounts are untouched)."""
+    d = tempfile.mkdtemp(dir="/tmp", prefix="tseeds_sbx_ro_")
+    m = tempfile.mkdtemp(dir=Path.home(), prefix="tseeds_sbx_mnt_")
+    try:
+        make_venv(Path(d, "venv"))
+        script = (
+            "from tseeds_jax import rewards\n"
+            f"r = rewards.score_result('code', {ADD!r}, {ADD_REF!r})\n"
+            "print(r.score, r.reason, r.details.get('sandbox_error'))\n"
+            # the program runs in the venv (its sys.prefix), not in the base install
+            "r = rewards.score_result('code', 'import sys; print(sys.prefix)',"
+            f" {{'stdin_stdout': [['', {m!r}]]}})\n"
+            "print(r.score, r.reason)\n"
+        )
+        cmd = (f"mount --bind {d}/venv {m} && mount -o remount,bind,ro {m} && "
+               f"touch {m}/probe 2>/dev/null; test ! -e {m}/probe && {m}/bin/python -c \"$0\"")
+        out = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", cmd, script],
+                             capture_output=True, text=True, timeout=120)
+        lines = out.stdout.splitlines()
+        assert len(lines) == 2, (out.stdout, out.stderr[-2000:])
+        assert lines[0].split()[:2] == ["1.0", "correct"] and lines[1] == "1.0 correct", out.stdout
+    finally:
+        shutil.rmtree(m, ignore_errors=True)
+        shutil.rmtree(d, ignore_errors=True)
