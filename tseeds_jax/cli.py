@@ -18,6 +18,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "convert": ("tseeds_jax.hf.cli", "convert HF safetensors <-> Orbax checkpoints"),
     "serve": ("tseeds_jax.sampling.serve", "serve a checkpoint with JetStream's gRPC server"),
     "plan": ("tseeds_jax.scale.plan_cli", "per-device memory plan for a config"),
+    "compile": ("tseeds_jax.scale.compile_cli", "compile a config's step programs for its TPU target"),
     "tokenizer": ("tseeds_jax.data.tokenizer_cli", "train or inspect a tokenizer"),
     "doctor": ("tseeds_jax.rewards.doctor_cli", "check that the code sandbox runs programs here"),
 }

@@ -1,0 +1,144 @@
+"""`tseeds compile`: a tiny Thinking Seeds config compiled by XLA's TPU compiler for compile-only
+v5p:2x2x1 devices (libtpu, no TPU), on a data/fsdp/tensor mesh over its 4 devices.
+
+Checks: the learner update, a statistics pass and the sampler decode compile and fit; the update's
+FLOPs (XLA's count, scaled by the micro-batch loop's trips, plus the Pallas kernel's FLOPs counted
+analytically) are within 10% of an independent count, 6 x params x tokens + attention; bad input
+gives one line naming the field and value, a non-zero exit and nothing in --out; the manifest of
+--out accepts the same config and names a changed field.
+"""
+
+import os
+
+import pytest
+
+from tseeds_jax.scale import topology
+
+REASON = topology.libtpu_available()
+pytestmark = pytest.mark.skipif(REASON is not None, reason=f"libtpu unavailable: {REASON}")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+CONFIG = os.path.join(ROOT, "configs", "tiny_thinking_seeds.py")
+VOCAB = 512
+# data x fsdp x tensor over the 4 devices. tensor=1: with tensor=2 the update's per-device FLOPs
+# x 4 exceed the model's by 24% (work repeated on both tensor shards; docs/scale.md).
+MESH = (2, 2, 1)
+# 16 sequences in micro-batches of 8 (two trips of the update's accumulation loop).
+OVERRIDES = [f"--config.model.arch.vocab_size={VOCAB}", "--config.mesh.data=2",
+             "--config.mesh.fsdp=2", "--config.mesh.tensor=1",
+             "--config.optim.micro_batch_size=8", "--config.hardware.sampler_placement=sharded"]
+
+
+def _load():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("tiny_ts", CONFIG)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    cd = mod.get_config()
+    cd.model.arch.vocab_size = VOCAB
+    cd.mesh.data, cd.mesh.fsdp, cd.mesh.tensor = MESH
+    cd.optim.micro_batch_size = 8
+    cd.hardware.sampler_placement = "sharded"
+    return cd
+
+
+@pytest.fixture(scope="module")
+def result():
+    from tseeds_jax.scale import compile_run
+
+    return compile_run.compile_config(_load(), topology="v5p:2x2x1",
+                                      only=("learner", "stats", "sampler"),
+                                      prefill_buckets="max")
+
+
+def test_programs_compile_and_fit(result):
+    names = {c.name for c in result.compiled}
+    assert {"learner_update", "stats_forward", "sampler_decode"} <= names
+    assert result.target.mesh.size == 4 and tuple(result.target.mesh.shape.values()) == MESH
+    for c in result.compiled:
+        assert 0 < c.peak <= result.usable, c.to_dict()
+        assert c.memory["argument"] > 0 and c.flops > 0
+    assert result.fits
+
+
+def analytic_update_flops(cd) -> float:
+    """6 x (parameters a token passes through) x tokens + attention, from the architecture."""
+    a = cd.model.arch
+    d, f, v, nl = a.hidden_size, a.intermediate_size, VOCAB, a.num_hidden_layers
+    h, k = a.num_attention_heads, a.num_key_value_heads
+    e = d // h
+    b = cd.rollout.batch_prompts * cd.rollout.group_size
+    p, r = cd.data.max_prompt_len, cd.rollout.max_response_len
+    t = p + r
+    layer = d * (h * e) + 2 * d * (k * e) + (h * e) * d + 3 * d * f  # q, k, v, o, MLP
+    layer += (h * e) + 2 * (k * e)  # qkv biases (qwen2)
+    body = 6.0 * nl * layer * b * t
+    head = 6.0 * d * v * b * r  # the LM head runs on the response positions only
+    attention = 3 * nl * b * 4.0 * t * t * h * e  # QK^T and PV over the full T x T scores
+    return body + head + attention
+
+
+def test_update_flops_match_analytic_count(result):
+    upd = result.by_name("learner_update")
+    total = upd.flops * result.target.mesh.size  # per-device program x devices
+    expected = analytic_update_flops(_load())
+    assert abs(total / expected - 1) <= 0.10, (total, expected, upd.to_dict())
+
+
+def _cli(tmp_path, *extra):
+    from tseeds_jax.scale import compile_cli
+
+    return compile_cli.main(["--config", CONFIG, *OVERRIDES, "--topology", "v5p:2x2x1", *extra])
+
+
+def test_unknown_topology_is_one_line(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert _cli(tmp_path, "--topology", "v9z:2x2", "--only", "stats", "--out", str(out)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--topology='v9z:2x2'" in err[0], err
+    assert not out.exists()
+
+
+def test_unknown_accelerator_is_one_line(capsys):
+    from tseeds_jax.scale import compile_cli
+
+    code = compile_cli.main(["--config", CONFIG, *OVERRIDES, "--only", "stats",
+                             "--config.hardware.accelerator=v9z-8"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "accelerator" in err[0] and "v9z-8" in err[0], err
+
+
+def test_mesh_that_does_not_divide_is_one_line(tmp_path, capsys):
+    out = tmp_path / "out"
+    assert _cli(tmp_path, "--config.mesh.fsdp=3", "--only", "stats", "--out", str(out)) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "config.mesh=" in err[0] and "'fsdp': 3" in err[0], err
+    assert not out.exists()
+
+
+def test_config_that_does_not_fit_names_largest_program(tmp_path, capsys):
+    out = tmp_path / "out"
+    code = _cli(tmp_path, "--config.hardware.hbm_gib_per_device=0.001", "--only", "stats",
+                "--out", str(out))
+    err = [x for x in capsys.readouterr().err.strip().splitlines() if "does not fit" in x]
+    assert code == 1 and len(err) == 1 and "stats_forward" in err[0] and "GiB" in err[0], err
+    assert not out.exists()
+
+
+def test_manifest_checks_config_and_programs(tmp_path, capsys):
+    from tseeds_jax.scale import compile_manifest
+
+    out = tmp_path / "out"
+    assert _cli(tmp_path, "--only", "stats", "--out", str(out)) == 0
+    assert (out / "manifest.json").exists() and (out / "stats_forward.xla").stat().st_size > 0
+    cd = _load()
+    hlo = compile_manifest.lowered_fingerprints(cd, topology="v5p:2x2x1", only=("stats",))
+    manifest = compile_manifest.check_manifest(str(out), cd, topology="v5p:2x2x1",
+                                               hlo_sha256=hlo)
+    assert set(manifest["programs"]) == {"stats_forward"}
+    cd.rollout.max_response_len = 64
+    with pytest.raises(compile_manifest.ManifestMismatch, match="rollout.max_response_len=64"):
+        compile_manifest.check_manifest(str(out), cd)
+    with pytest.raises(compile_manifest.ManifestMismatch, match="stats_forward"):
+        compile_manifest.check_manifest(str(out), _load(), hlo_sha256={"stats_forward": "0" * 64})

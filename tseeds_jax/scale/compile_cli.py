@@ -1,0 +1,169 @@
+"""`tseeds compile --config FILE[:VARIANT] [--topology NAME] [--only learner,stats,sampler,kernel]
+[--out DIR] [--json] [--prefill-buckets all|max] [--config.a.b=value ...]`
+
+Compiles every jitted program of a training step with XLA's TPU compiler for the config's target
+(`hardware.accelerator`, e.g. v5p-64 -> topology v5p:2x4x4, 32 devices on 8 hosts; or
+--topology v5p:2x2x1), from this machine: no TPU is needed or used (libtpu compiles for
+compile-only devices; requirements-tpu.txt). Parameters and optimizer state are abstract, with the
+run's shardings. For each program it prints per-device argument / output / temp / code bytes, the
+device's peak in that phase and whether it fits HBM with the planner's margin, FLOPs and bytes
+accessed, compile time; then per-phase peaks, roofline step times, the decode tokens/s bound and
+the estimated seeded / on-policy step-time ratio (docs/scale.md).
+
+--out DIR writes the serialized executables and manifest.json (fingerprints of the config and of
+every program's HLO); `tseeds_jax.scale.compile_manifest.check_manifest(DIR, config)` tells a launch
+whether it runs what was compiled. Nothing is written when an input is bad or a program does not
+fit; the exit code is then non-zero (2: bad input, 1: does not fit).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+
+def _parse(argv: list[str]):
+    from absl import flags
+    from ml_collections import config_flags
+
+    fv = flags.FlagValues()
+    config_flags.DEFINE_config_file("config", None, "path to a configs/*.py file", flag_values=fv,
+                                    lock_config=True)
+    flags.DEFINE_string("topology", None, "libtpu topology, e.g. v5p:2x2x1 (default: from "
+                        "config.hardware.accelerator)", flag_values=fv)
+    flags.DEFINE_string("only", "learner,stats,sampler,kernel", "programs to compile",
+                        flag_values=fv)
+    flags.DEFINE_string("out", None, "folder for serialized executables + manifest.json",
+                        flag_values=fv)
+    flags.DEFINE_enum("prefill_buckets", "all", ["all", "max"], "prefill programs: every prompt "
+                      "bucket, or only the largest", flag_values=fv)
+    flags.DEFINE_bool("json", False, "print JSON", flag_values=fv)
+    if any(a in ("-h", "--help") for a in argv):
+        print(__doc__)
+        raise SystemExit(0)
+    argv = [a.replace("--prefill-buckets", "--prefill_buckets") for a in argv]
+    saved, sys.argv = sys.argv, ["tseeds compile", *argv]
+    try:
+        fv(["tseeds compile", *argv])
+    except flags.Error as e:
+        print(f"tseeds compile: {e}", file=sys.stderr)
+        raise SystemExit(2) from None
+    finally:
+        sys.argv = saved
+    if fv.config is None:
+        print("tseeds compile: --config is required", file=sys.stderr)
+        raise SystemExit(2)
+    return fv
+
+
+def _gib(n: float) -> str:
+    return f"{n / (1 << 30):.2f}"
+
+
+def markdown(res, plan=None) -> str:
+    """The per-program table and the summary, as markdown."""
+    s = res.summary()
+    lines = [f"target {s['topology']}: {s['devices']} devices on {s['hosts']} host(s), mesh "
+             f"{s['mesh']}, HBM {_gib(s['hbm_bytes'])} GiB/device, usable "
+             f"{_gib(s['usable_bytes'])} GiB", "",
+             "| program | phase | argument | output | temp | code | peak (+ live outside) "
+             "| fits | TFLOP | GB accessed | compile s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for c in res.compiled:
+        m = c.memory
+        lines.append(
+            f"| {c.name} | {c.phase} | {_gib(m['argument'])} | {_gib(m['output'])} | "
+            f"{_gib(m['temp'])} | {_gib(m['code'])} | {_gib(c.peak)} (+{_gib(c.extra_live)}) | "
+            f"{'yes' if c.peak <= res.usable else '**NO**'} | {c.flops / 1e12:.3g} | "
+            f"{c.bytes_accessed / 1e9:.3g} | {c.compile_s:.1f} |")
+    lines += ["", "GiB per device; peak = argument + output - alias + temp + code + bytes alive "
+              "outside the program in that phase (train state during sampling, ...).", ""]
+    for c in res.compiled:
+        lines.append(f"- {c.name}: {c.note}")
+    lines.append("")
+    peaks = ", ".join(f"{ph} {_gib(v)}" for ph, v in s["phase_peak"].items())
+    lines.append(f"peak per phase (GiB/device): {peaks}")
+    if plan is not None:
+        lines.append(plan_line(res, plan))
+    if "learner_roofline_s" in s:
+        lines.append(f"learner update roofline: {s['learner_roofline_s']:.3f} s, MFU bound "
+                     f"{s['learner_mfu_bound']:.2f} ({s['chip']}: {s['chip_source']})")
+    if "decode_step_roofline_s" in s:
+        lines.append(f"decode step roofline: {s['decode_step_roofline_s'] * 1e3:.2f} ms; decode "
+                     f"bound {s['decode_tokens_per_s_per_chip_bound']:.0f} tokens/s per chip")
+    if "seeded_over_onpolicy" in s:
+        a = s["ratio_assumed"]
+        lines.append(f"roofline step time: on-policy {s['onpolicy_step_s']:.1f} s, Thinking Seeds "
+                     f"{s['seeded_step_s']:.1f} s (ratio {a['ratio']}, T {a['T']}): "
+                     f"seeded / on-policy = {s['seeded_over_onpolicy']:.2f}")
+    for name, impl, err in res.failures:
+        lines.append(f"FAILED: {name} with kernel_impl={impl}: {err}")
+    lines.append(f"fits: {'yes' if s['fits'] else 'NO'}")
+    return "\n".join(lines)
+
+
+def plan_line(res, plan) -> str:
+    comp = max(res.phase_peak(ph) for ph in ("learner", "stats", "sampler"))
+    return (f"per-device peak: plan {_gib(plan.peak_bytes)} GiB ({plan.peak_phase}), compiled "
+            f"{_gib(comp)} GiB: plan / compiled = {plan.peak_bytes / comp:.3f}")
+
+
+def main(argv: list[str]) -> int:
+    fv = _parse(argv)
+    from tseeds_jax.rl.config import ConfigValueError
+    from tseeds_jax.scale import compile_manifest, compile_run
+    from tseeds_jax.scale.compile_programs import PHASES
+
+    only = tuple(x.strip() for x in fv.only.split(",") if x.strip())
+    bad = [x for x in only if x not in PHASES]
+    if bad or not only:
+        print(f"tseeds compile: --only={fv.only!r}: unknown program group {bad}; known: "
+              f"{','.join(PHASES)}", file=sys.stderr)
+        return 2
+    if fv.out:
+        try:
+            compile_manifest.check_out_dir(fv.out)
+        except ValueError as e:
+            print(f"tseeds compile: {e}", file=sys.stderr)
+            return 2
+    progress = None if fv.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    try:
+        res = compile_run.compile_config(fv.config, topology=fv.topology, only=only,
+                                         prefill_buckets=fv.prefill_buckets,
+                                         keep_executables=bool(fv.out), progress=progress)
+    except (ConfigValueError, ValueError) as e:
+        print(f"tseeds compile: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    if not res.fits:
+        big = res.largest
+        print(f"tseeds compile: does not fit: {big.name} needs {_gib(big.peak)} GiB per device "
+              f"(> {_gib(res.usable)} GiB usable of {_gib(res.target.hbm_bytes)} GiB HBM on "
+              f"{res.target.topology}); nothing written", file=sys.stderr)
+    plan = _plan(fv.config, res)
+    if fv.json:
+        out = dict(programs=[c.to_dict() for c in res.compiled], summary=res.summary(),
+                   failures=[dict(program=n, kernel_impl=i, error=e) for n, i, e in res.failures])
+        if plan is not None:
+            out["plan_peak_bytes"] = plan.peak_bytes
+        print(json.dumps(out, indent=1, default=str))
+    else:
+        print(markdown(res, plan))
+    if not res.fits:
+        return 1
+    if fv.out:
+        compile_manifest.write(fv.out, fv.config, res)
+        if progress:
+            progress(f"wrote {fv.out}/manifest.json and {len(res.compiled)} executables")
+    return 0
+
+
+def _plan(cd, res):
+    """The planner's estimate for the same config and device count (None if it cannot plan)."""
+    from tseeds_jax.scale import plan_cli
+
+    try:
+        plan, _ = plan_cli.build_plan(cd, num_devices=res.target.mesh.size,
+                                      hbm_gib=res.target.hbm_bytes / (1 << 30))
+    except (ValueError, TypeError):
+        return None
+    return plan

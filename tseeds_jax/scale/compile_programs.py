@@ -1,0 +1,456 @@
+"""Every jitted program of a training step, lowered from shapes on a target mesh and compiled.
+
+The programs are the trainer's own jitted functions, called with the arguments the trainer gives
+them (abstract: `jax.ShapeDtypeStruct`s carrying the run's shardings; nothing is allocated):
+  learner   `Learner._update` (mini- and micro-batches, AdamW) on the sharded train state;
+  stats     `Learner._stats` on one row chunk of `Trainer._row_pass` (behavior log-probs at
+            refresh, pi_old recompute, reference log-probs: one program, one shape), and
+            `Learner._topk` where SIS needs top-K;
+  sampler   `core.prefill` for each prompt bucket the driver can form, `core.insert`,
+            `core.run_chunk` (the decode loop: memory) and `core.step` (one decode step: cost)
+            with the configured slots and cache length, on the sampler-dtype parameters placed
+            as `hardware.sampler_placement` places them;
+  kernel    `kernels.logprob_entropy` forward + backward at one micro-batch's per-device tokens.
+
+Each program records `extra_live`: bytes per device that are alive while it runs but are not
+its arguments (the train state during sampling, the decode state during a prefill), so that
+`footprint + extra_live` is the device's peak in that phase.
+
+Letters: B sequences, P prompt width, R response width, T = P + R, K SIS top-K.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import math
+import time
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
+
+from tseeds_jax.model import sharding as shd
+
+PHASES = ("learner", "stats", "sampler", "kernel")
+
+
+@dataclasses.dataclass
+class Program:
+    name: str
+    phase: str
+    note: str
+    lower: Any  # () -> jax.stages.Lowered
+    extra_live: int = 0
+    analytic_flops: float = 0.0  # FLOPs inside Pallas calls (the compiler does not count them)
+    # XLA's cost analysis counts a while loop's body once: the update's micro-batch scan runs
+    # `loop_trips` times (its body dominates the program's FLOPs and bytes)
+    loop_trips: int = 1
+
+
+@dataclasses.dataclass
+class Compiled:
+    name: str
+    phase: str
+    note: str
+    memory: dict[str, int]  # argument, output, alias, temp, code (bytes per device)
+    extra_live: int
+    flops: float  # compiler's count + analytic Pallas FLOPs (per device)
+    compiler_flops: float
+    bytes_accessed: float
+    compile_s: float
+    executable: Any = None
+    hlo_sha256: str = ""
+
+    @property
+    def footprint(self) -> int:
+        m = self.memory
+        return m["argument"] + m["output"] - m["alias"] + m["temp"] + m["code"]
+
+    @property
+    def peak(self) -> int:
+        return self.footprint + self.extra_live
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(name=self.name, phase=self.phase, note=self.note, memory=self.memory,
+                    footprint=self.footprint, extra_live=self.extra_live, peak=self.peak,
+                    flops=self.flops, compiler_flops=self.compiler_flops,
+                    bytes_accessed=self.bytes_accessed, compile_s=round(self.compile_s, 2),
+                    hlo_sha256=self.hlo_sha256)
+
+
+@dataclasses.dataclass
+class Target:
+    """The run on its target: validated config, model config, mesh of compile-only devices."""
+
+    cfg: Any  # TrainConfig
+    mcfg: Any  # ModelConfig
+    mesh: Any  # jax.sharding.Mesh over compile-only devices
+    topology: str
+    family: str
+    hbm_bytes: int
+    num_hosts: int
+
+    @property
+    def rows(self) -> int:
+        return self.cfg.rollout.batch_prompts * self.cfg.rollout.group_size
+
+    @property
+    def batch_shards(self) -> int:
+        return self.mesh.shape["data"] * self.mesh.shape["fsdp"]
+
+    @property
+    def widths(self) -> tuple[int, int]:
+        return int(self.cfg.data["max_prompt_len"]), self.cfg.rollout.max_response_len
+
+
+@contextlib.contextmanager
+def tpu_kernels(generation: str | None = None):
+    """Pallas kernels built for Mosaic (TPU `generation`) rather than CPU interpret mode while
+    lowering: traced here, the default backend is the host's CPU."""
+    try:
+        from tseeds_jax.kernels.target import compile_target
+    except ImportError:  # kernels without targets: they read jax.default_backend()
+        from tseeds_jax.kernels import pallas_kernel
+
+        saved = pallas_kernel._backend
+        pallas_kernel._backend = lambda: "tpu"
+        try:
+            yield
+        finally:
+            pallas_kernel._backend = saved
+        return
+    with compile_target("tpu", generation):
+        yield
+
+
+def _sds(x, sharding):
+    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
+
+
+def abstract(tree, shardings):
+    """`tree` of shapes -> ShapeDtypeStructs with `shardings` (same structure, NNX Variables
+    included)."""
+    return jax.tree.map(_sds, tree, shardings)
+
+
+def device_bytes(tree) -> int:
+    """Bytes one device holds of a tree of sharded ShapeDtypeStructs (the largest shard)."""
+    total = 0
+    for x in jax.tree_util.tree_leaves(tree):
+        shape = x.sharding.shard_shape(x.shape) if x.sharding is not None else x.shape
+        total += math.prod(shape) * jnp.dtype(x.dtype).itemsize
+    return total
+
+
+def cast_tree(tree, dtype: str):
+    """Float leaves as `dtype` (the trainer's sampler-dtype cast, same shardings)."""
+    def one(x):
+        if jnp.issubdtype(x.dtype, jnp.floating):
+            return jax.ShapeDtypeStruct(x.shape, jnp.dtype(dtype), sharding=x.sharding)
+        return x
+    return jax.tree.map(one, tree)
+
+
+# ---------------------------------------------------------------------------------------------
+# the learner and its statistics passes
+
+
+def make_learner(t: Target, kernel_impl: str):
+    """(Learner, abstract sharded TrainState) exactly as `runner.make_trainer` builds them."""
+    from tseeds_jax.rl.learner import Learner
+    from tseeds_jax.rl.plugins import learner_old_logp_mode
+
+    graphdef, params = nnx.split(shd.abstract_model(t.mcfg))
+    cfg = t.cfg
+    learner = Learner(graphdef, params, cfg.loss, cfg.optim, variant=cfg.seeds.variant,
+                      old_logp_mode=learner_old_logp_mode(cfg), kernel_impl=kernel_impl)
+    state = jax.eval_shape(learner.init_state, params)
+    return learner, abstract(state, shd.param_shardings(state, t.mesh))
+
+
+def learner_programs(t: Target, learner, state, kernel_impl: str) -> list[Program]:
+    from tseeds_jax.rl.learner import LearnerBatch
+    from tseeds_jax.rl.runner import learner_batch_shardings
+
+    p, r = t.widths
+    n = t.rows
+    sh = learner_batch_shardings(t.cfg, t.mesh)
+    i32, f32 = jnp.int32, jnp.float32
+    batch = LearnerBatch(
+        tokens_BT=jax.ShapeDtypeStruct((n, p + r), i32, sharding=sh.tokens_BT),
+        attn_mask_BT=jax.ShapeDtypeStruct((n, p + r), i32, sharding=sh.attn_mask_BT),
+        **{f: jax.ShapeDtypeStruct((n, r), f32, sharding=getattr(sh, f))
+           for f in ("resp_mask_BR", "seed_mask_BR", "behavior_logp_BR", "sampler_logp_BR",
+                     "old_logp_BR", "ref_logp_BR")},
+        advantages_B=jax.ShapeDtypeStruct((n,), f32, sharding=sh.advantages_B))
+    k = learner.sis_top_k
+    if k:  # build_batch(top_k=K): row-sharded like the per-token arrays (Learner.update)
+        rows3 = shd.batch_sharding(t.mesh, (n, r, k))
+        batch = batch.replace(topk_ids_BRK=jax.ShapeDtypeStruct((n, r, k), i32, sharding=rows3),
+                              topk_logp_BRK=jax.ShapeDtypeStruct((n, r, k), f32, sharding=rows3),
+                              topk_valid_BR=jax.ShapeDtypeStruct((n, r), f32,
+                                                                 sharding=sh.resp_mask_BR))
+    rep = NamedSharding(t.mesh, PartitionSpec())
+    rng = abstract(jax.eval_shape(lambda: jax.random.PRNGKey(0)), rep)
+    stare = learner.initial_stare_state()
+    if stare is not None:
+        stare = jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.asarray(x).dtype,
+                                                            sharding=rep), stare)
+    o = t.cfg.optim
+    micro = o.micro_batch_size or n // o.mini_batches
+    extra = device_bytes(state.params) if t.cfg.loss.kl_coef else 0  # reference parameters
+    d, v = t.mcfg.hidden_size, t.mcfg.vocab_size
+    # The LM head's useful FLOPs: logits (2 N D V) + d hidden and d unembed (4 N D V); logits
+    # the kernel recomputes in its backward are not counted (model FLOPs, as for MFU).
+    kern = (6.0 * n * o.epochs * r * d * v / t.batch_shards) if kernel_impl == "pallas" else 0.0
+    trips = o.epochs * o.mini_batches * ((n // o.mini_batches) // micro)
+    return [Program(
+        "learner_update", "learner",
+        f"Learner._update: {n} sequences x T={p + r}, {o.mini_batches} mini-batch(es) of "
+        f"{n // o.mini_batches}, micro-batches of {micro}, {o.epochs} epoch(s)",
+        functools.partial(learner._update.lower, state, batch, rng, stare), extra_live=extra,
+        analytic_flops=kern, loop_trips=trips)]
+
+
+def stats_rows(t: Target, placement: str) -> tuple[int, str]:
+    """Global rows of one statistics forward (`Trainer._row_pass`) and the passes it serves."""
+    cfg = t.cfg
+    passes = []
+    n = t.rows
+    if cfg.seeded:
+        passes.append(("behavior log-probs at refresh", n * (cfg.seeds.refresh_interval - 1)))
+    if cfg.loss.kl_coef:
+        passes.append(("reference log-probs", n))
+    from tseeds_jax.rl.plugins import learner_old_logp_mode
+
+    if learner_old_logp_mode(cfg) == "recompute" or (cfg.optim.old_logp == "auto"
+                                                    and cfg.optim.updates_per_batch > 1):
+        passes.append(("pi_old recompute", n))
+    if not passes:
+        return 0, ""
+    hosts = 1 if placement == "sharded" else t.num_hosts
+    total = max(x for _, x in passes) // hosts
+    chunk = min(cfg.optim.micro_batch_size or total, total)
+    if placement == "sharded":
+        chunk = -(-chunk // t.batch_shards) * t.batch_shards  # whole rows per device
+    return chunk, ", ".join(name for name, _ in passes)
+
+
+def stats_programs(t: Target, learner, state, kernel_impl: str, placement: str) -> list[Program]:
+    rows, served = stats_rows(t, placement)
+    if not rows and not learner.sis_top_k:
+        return []
+    rows = rows or min(t.cfg.optim.micro_batch_size or t.rows, t.rows)
+    p, r = t.widths
+    params, resident = state.params, device_bytes(state)
+    if placement == "sharded":
+        tok = jax.ShapeDtypeStruct((rows, p + r), jnp.int32,
+                                   sharding=shd.batch_sharding(t.mesh, (rows, p + r)))
+        extra = resident - device_bytes(params)  # the params are this program's argument
+    else:  # one device per host holds a full replica (hosts.local_replica)
+        one = SingleDeviceSharding(t.mesh.devices.flat[0])
+        params = jax.tree.map(lambda x: _sds(x, one), params)
+        tok = jax.ShapeDtypeStruct((rows, p + r), jnp.int32, sharding=one)
+        extra = resident
+    shards = t.batch_shards if placement == "sharded" else 1
+    d, v = t.mcfg.hidden_size, t.mcfg.vocab_size
+    kern = 2.0 * rows * r * d * v / shards if kernel_impl == "pallas" else 0.0
+    out = []
+    if served:
+        out.append(Program("stats_forward", "stats",
+                           f"Learner._stats: {rows} sequences x T={p + r} per forward "
+                           f"({placement}); serves: {served}",
+                           functools.partial(learner._stats.lower, params, tok, tok, r),
+                           extra_live=extra, analytic_flops=kern))
+    k = learner.sis_top_k
+    if k:
+        out.append(Program("stats_topk", "stats",
+                           f"Learner._topk: SIS top-{k} of {rows} sequences per forward",
+                           functools.partial(learner._topk.lower, params, tok, tok, r, k),
+                           extra_live=extra))
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# the sampler
+
+
+def sampler_shapes(t: Target) -> dict[str, int]:
+    """Slots, cache length, output length, prefill buckets of the largest sampler call."""
+    from tseeds_jax.sampling import core
+    from tseeds_jax.sampling.driver import PREFILL_TOKENS
+    from tseeds_jax.scale.plan_sampler import pow2_at_least
+
+    cfg = t.cfg
+    p, r = t.widths
+    sharded = cfg.hardware.sampler_placement == "sharded"
+    requests = t.rows * max(cfg.seeds.refresh_interval - 1, 1) if cfg.seeded else t.rows
+    if not sharded:
+        requests = -(-requests // t.num_hosts)
+    slots = cfg.hardware.sampler_slots or min(256, pow2_at_least(requests))
+    shards = t.batch_shards if sharded else 1
+    slots = -(-slots // shards) * shards
+    seed_max = 0
+    if cfg.seeded:
+        seed_max = (round(r * cfg.seeds.ratio) if cfg.seeds.truncation == "ratio" else r - 1)
+    max_prefill = p + r  # setup.make_sample_fn
+    top = core.prefill_bucket(p + seed_max, max_prefill)
+    buckets, b = [], 16
+    while b < top:
+        buckets.append(b)
+        b *= 2
+    buckets.append(top)
+    rows = {}
+    for tb in buckets:
+        per_dev = max(1, PREFILL_TOKENS // tb)
+        per_dev = 1 << (per_dev.bit_length() - 1)
+        rows[tb] = min(per_dev * shards, -(-pow2_at_least(slots) // shards) * shards)
+    return dict(requests=requests, slots=slots, shards=shards,
+                cache_len=core.cache_bucket(p + r), n_out=max(16, pow2_at_least(r)),
+                buckets=buckets, rows=rows)
+
+
+def sampler_programs(t: Target, state, buckets: str = "all") -> list[Program]:
+    from tseeds_jax.sampling import core
+    from tseeds_jax.sampling.placement import Placement
+    from tseeds_jax.sampling.strategies import make_strategy
+
+    cfg = t.cfg
+    s = sampler_shapes(t)
+    sdt = cfg.model.get("sampler_dtype", "float32")
+    sharded = cfg.hardware.sampler_placement == "sharded"
+    resident = device_bytes(state)
+    graphdef = core.ModelDef(nnx.split(shd.abstract_model(t.mcfg))[0])
+    strategy = make_strategy(cfg.rollout.temperature, cfg.rollout.top_k, cfg.rollout.top_p)
+    stops = (0,)  # the template's stop ids: static, shape-free
+    if sharded:
+        place = Placement(t.mesh)
+        params = cast_tree(state.params, sdt)
+        rows = place.rows
+        kv = place._kv
+    else:
+        one = SingleDeviceSharding(t.mesh.devices.flat[0])
+        params = cast_tree(jax.tree.map(lambda x: _sds(x, one), state.params), sdt)
+        rows = lambda shape, what: one  # noqa: E731
+        kv = lambda axes, shape: one  # noqa: E731
+    same = sharded and sdt == t.mcfg.param_dtype  # trainer._cast returns the params themselves
+    cast_bytes = 0 if same else device_bytes(params)
+    init = functools.partial(core.init_buffers, t.mcfg, s["slots"], s["cache_len"], s["n_out"])
+    st, out_t, out_lp = jax.eval_shape(init)
+    st = abstract(st, st.replace(
+        cache=st.cache.replace(k=tuple(kv(st.cache.k_axes, x.shape) for x in st.cache.k),
+                               v=tuple(kv(st.cache.v_axes, x.shape) for x in st.cache.v),
+                               end_B=rows(st.cache.end_B.shape, "decode state")),
+        **{f: rows(getattr(st, f).shape, "decode state")
+           for f in ("token_B", "logprob_B", "step_B", "budget_B", "key_B", "occupied_B",
+                     "finish_B")}))
+    out_t, out_lp = (_sds(x, rows(x.shape, "output buffer")) for x in (out_t, out_lp))
+    state_bytes, out_bytes = device_bytes(st), device_bytes((out_t, out_lp))
+    p_w, r = t.widths
+    where = (f"{'sharded over the mesh' if sharded else 'one device per host (replica)'}, "
+             f"{sdt} params")
+    progs = []
+    chosen = s["buckets"] if buckets == "all" else s["buckets"][-1:]
+    prefix_last = slot_last = None
+    for tb in chosen:
+        n = s["rows"][tb]
+
+        def row(shape, dtype):
+            return jax.ShapeDtypeStruct(shape, dtype, sharding=rows(shape, "prefill rows"))
+
+        args = (row((n, tb), jnp.int32), row((n,), jnp.int32), row((n, 2), jnp.uint32),
+                row((n,), jnp.int32), row((n,), jnp.bool_))
+        progs.append(Program(
+            f"sampler_prefill_{tb}", "sampler",
+            f"core.prefill: {n} prompts x {tb} tokens ({where})",
+            functools.partial(core.prefill.lower, graphdef, strategy, params, *args),
+            extra_live=resident - (cast_bytes == 0) * device_bytes(params) + state_bytes
+            + out_bytes))
+        prefix_last = (args, n, tb)
+    args, n, tb = prefix_last
+    prefix = jax.eval_shape(functools.partial(core.prefill, graphdef, strategy), params, *args)
+    if sharded:
+        prefix = abstract(prefix, place.prefix_shardings(prefix, type(st.cache)))
+    else:
+        prefix = jax.tree.map(lambda x: _sds(x, one), prefix)
+    slot_last = jax.ShapeDtypeStruct((n,), jnp.int32, sharding=rows((n,), "prefill rows"))
+    progs.append(Program(
+        "sampler_insert", "sampler", f"core.insert: {n} prefills of {tb} tokens into "
+        f"{s['slots']} slots", functools.partial(core.insert.lower, prefix, st, slot_last),
+        extra_live=resident + cast_bytes + out_bytes))
+    decode_extra = resident - (0 if cast_bytes else device_bytes(params))
+    progs.append(Program(
+        "sampler_decode", "sampler",
+        f"core.run_chunk: {s['slots']} slots, cache {s['cache_len']}, output {s['n_out']} "
+        f"({where})",
+        functools.partial(core.run_chunk.lower, graphdef, strategy, stops, params, st, out_t,
+                          out_lp, s["n_out"] + 1, True), extra_live=decode_extra))
+    progs.append(Program(
+        "sampler_decode_step", "sampler", "core.step: one decode step of all slots (the loop "
+        "body of run_chunk; its cost is the per-token roofline)",
+        functools.partial(core.step.lower, graphdef, strategy, stops, params, st),
+        extra_live=decode_extra + out_bytes))
+    return progs
+
+
+def kernel_programs(t: Target) -> list[Program]:
+    """The fused log-prob / entropy forward + backward at one micro-batch's per-device tokens,
+    in the compute dtype, on one device."""
+    from tseeds_jax import kernels
+
+    o = t.cfg.optim
+    micro = o.micro_batch_size or t.rows // o.mini_batches
+    _, r = t.widths
+    n = max(1, micro // t.batch_shards) * r
+    d, v = t.mcfg.hidden_size, t.mcfg.vocab_size
+    one = SingleDeviceSharding(t.mesh.devices.flat[0])
+    dt = jnp.dtype(t.mcfg.dtype)
+    h = jax.ShapeDtypeStruct((n, d), dt, sharding=one)
+    w = jax.ShapeDtypeStruct((d, v), dt, sharding=one)
+    y = jax.ShapeDtypeStruct((n,), jnp.int32, sharding=one)
+
+    def loss(h_ND, w_DV, y_N):
+        logp, ent = kernels.logprob_entropy(h_ND, w_DV, y_N, impl="pallas")
+        return jnp.sum(logp) + jnp.sum(ent)
+
+    fn = jax.jit(jax.grad(loss, argnums=(0, 1)))
+    return [Program("kernel_logprob_entropy", "kernel",
+                    f"kernels.logprob_entropy pallas fwd+bwd, N={n} D={d} V={v} {dt.name}",
+                    functools.partial(fn.lower, h, w, y), analytic_flops=6.0 * n * d * v)]
+
+
+# ---------------------------------------------------------------------------------------------
+# compile and measure
+
+
+def cost(compiled) -> tuple[float, float]:
+    c = compiled.cost_analysis()
+    if isinstance(c, (list, tuple)):
+        c = c[0] if c else {}
+    c = c or {}
+    return float(c.get("flops", 0.0)), float(c.get("bytes accessed", 0.0))
+
+
+def compile_program(prog: Program, *, generation: str | None = None,
+                    keep: bool = True) -> Compiled:
+    import hashlib
+
+    t0 = time.perf_counter()
+    with tpu_kernels(generation):
+        lowered = prog.lower()
+    hlo = hashlib.sha256(lowered.as_text().encode()).hexdigest()
+    exe = lowered.compile()
+    dt = time.perf_counter() - t0
+    m = exe.memory_analysis()
+    mem = dict(argument=int(m.argument_size_in_bytes), output=int(m.output_size_in_bytes),
+               alias=int(m.alias_size_in_bytes), temp=int(m.temp_size_in_bytes),
+               code=int(m.generated_code_size_in_bytes))
+    flops, nbytes = cost(exe)
+    k = prog.loop_trips
+    return Compiled(prog.name, prog.phase, prog.note, mem, int(prog.extra_live),
+                    flops * k + prog.analytic_flops, flops, nbytes * k, dt, exe if keep else None,
+                    hlo)

@@ -1,0 +1,214 @@
+"""`compile_config`: a config's target, its programs compiled, and the summary `tseeds compile`
+prints (per-phase peaks, fit, roofline step times, decode bound, seeded / on-policy ratio).
+
+Roofline: a program takes at least max(FLOPs / peak FLOP/s, bytes accessed / HBM bandwidth) on
+one chip (per-device numbers of the partitioned program; collectives not counted), so the times
+are lower bounds and the MFU bound is the learner's FLOPs over the time that bound allows.
+Step times assume every response runs to `max_response_len` (an upper bound on the decode work).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Any
+
+from tseeds_jax.scale import compile_programs as cp
+from tseeds_jax.scale.plan import FIT_FRACTION
+
+
+class CompileInputError(ValueError):
+    """Bad input to `tseeds compile`: the message is one line naming the field and value."""
+
+
+def make_target(cd, *, topology: str | None = None):
+    """A `compile_programs.Target` from a ConfigDict; CompileInputError on bad input."""
+    from tseeds_jax.model import sharding as shd
+    from tseeds_jax.rl.config import TrainConfig
+    from tseeds_jax.scale import topology as topo
+    from tseeds_jax.scale.hardware import FAMILIES
+    from tseeds_jax.scale.plan import model_config_for
+
+    cfg = TrainConfig.from_config(cd)
+    acc_name = cfg.hardware.accelerator
+    try:
+        if topology is None:
+            if not acc_name:
+                raise CompileInputError("config.hardware.accelerator='': no target; set it "
+                                        "(e.g. 'v5p-64') or pass --topology v5p:2x2x1")
+            topology = topo.topology_name(acc_name)
+        devices = topo.devices_for(topology)
+        family = topo.family_of(devices)
+    except CompileInputError:
+        raise
+    except ValueError as e:
+        raise CompileInputError(str(e)) from None
+    hbm_gib = cfg.hardware.hbm_gib_per_device or FAMILIES[family][0]
+    try:
+        mesh_sizes = shd.MeshSpec.coerce(cfg.mesh).resolve(len(devices))
+    except ValueError as e:
+        raise CompileInputError(f"config.mesh={dict(cfg.mesh)}: does not fit the {len(devices)} "
+                                f"devices of {topology} ({e})") from None
+    rows = cfg.rollout.batch_prompts * cfg.rollout.group_size
+    if rows % (mesh_sizes[0] * mesh_sizes[1]):
+        raise CompileInputError(
+            f"config.rollout.batch_prompts x group_size = {rows} sequences is not divisible by "
+            f"the mesh's batch axes data x fsdp = {mesh_sizes[0] * mesh_sizes[1]}")
+    mesh = shd.make_mesh(dict(zip(shd.MESH_AXES, mesh_sizes)), devices=devices)
+    hosts = len({d.process_index for d in devices})
+    return cp.Target(cfg=cfg, mcfg=model_config_for(cfg), mesh=mesh, topology=topology,
+                     family=family, hbm_bytes=int(hbm_gib * (1 << 30)), num_hosts=hosts)
+
+
+def programs_for(t, only=cp.PHASES, *, prefill_buckets: str = "all",
+                 kernel_impl: str = "pallas") -> list:
+    """kernel_impl "pallas": what the trainer's "auto" resolves to on TPU."""
+    learner, state = cp.make_learner(t, kernel_impl)
+    progs = []
+    if "learner" in only:
+        progs += cp.learner_programs(t, learner, state, kernel_impl)
+    if "stats" in only:
+        progs += cp.stats_programs(t, learner, state, kernel_impl,
+                                   t.cfg.hardware.sampler_placement)
+    if "sampler" in only and kernel_impl == "pallas":
+        progs += cp.sampler_programs(t, state, prefill_buckets)
+    if "kernel" in only and kernel_impl == "pallas":
+        progs += cp.kernel_programs(t)
+    return progs
+
+
+UNPARTITIONED = "cannot be automatically partitioned"
+
+
+@dataclasses.dataclass
+class Result:
+    target: Any
+    compiled: list  # [compile_programs.Compiled]
+    failures: list = dataclasses.field(default_factory=list)  # [(program, kernel_impl, error)]
+
+    @property
+    def usable(self) -> int:
+        return int(self.target.hbm_bytes * FIT_FRACTION)
+
+    def phase_peak(self, phase: str) -> int:
+        return max((c.peak for c in self.compiled if c.phase == phase), default=0)
+
+    @property
+    def largest(self):
+        return max(self.compiled, key=lambda c: c.peak)
+
+    @property
+    def fits(self) -> bool:
+        return all(c.peak <= self.usable for c in self.compiled)
+
+    def by_name(self, name: str):
+        return next((c for c in self.compiled if c.name == name), None)
+
+    def summary(self) -> dict[str, Any]:
+        from tseeds_jax.scale.topology import CHIPS, SOURCES
+
+        t = self.target
+        chip = CHIPS[t.family]
+        cfg = t.cfg
+        p, r = t.widths
+
+        def roof(c):
+            if c is None:
+                return 0.0
+            return max(c.flops / chip.bf16_flops, c.bytes_accessed / chip.hbm_bandwidth)
+
+        upd, stats = self.by_name("learner_update"), self.by_name("stats_forward")
+        step = self.by_name("sampler_decode_step")
+        out: dict[str, Any] = dict(
+            topology=t.topology, devices=t.mesh.size, hosts=t.num_hosts, chip=t.family,
+            chip_source=SOURCES[t.family], hbm_bytes=t.hbm_bytes, usable_bytes=self.usable,
+            mesh=dict(t.mesh.shape), fits=self.fits,
+            phase_peak={ph: self.phase_peak(ph) for ph in cp.PHASES
+                        if any(c.phase == ph for c in self.compiled)},
+            largest=dict(name=self.largest.name, peak=self.largest.peak) if self.compiled
+            else None)
+        if upd is not None:
+            t_upd = roof(upd)
+            out["learner_roofline_s"] = t_upd
+            out["learner_mfu_bound"] = (upd.flops / chip.bf16_flops) / t_upd if t_upd else 0.0
+        if step is not None:
+            s = cp.sampler_shapes(t)
+            t_step = roof(step)
+            per_dev = s["slots"] // s["shards"]
+            chips = s["shards"] * (t.mesh.shape["tensor"] if s["shards"] > 1 else 1)
+            out["decode_step_roofline_s"] = t_step
+            # every device of a sharded sampler decodes its slots' tokens; a replica decodes
+            # the host's slots on one chip
+            out["decode_tokens_per_s_per_chip_bound"] = (
+                s["slots"] / t_step / chips if sharded(cfg) else per_dev / t_step) if t_step \
+                else 0.0
+            if upd is not None:
+                out.update(step_times(self, t_upd, t_step, roof(stats), s))
+        return out
+
+
+def sharded(cfg) -> bool:
+    return cfg.hardware.sampler_placement == "sharded"
+
+
+def step_times(res: Result, t_upd: float, t_step: float, t_stats: float, s) -> dict[str, Any]:
+    """Roofline step time of an on-policy step and of a Thinking Seeds step averaged over one
+    refresh cycle of T steps (decode waves of `slots` requests, each to the full response width;
+    behavior log-probs in `stats_forward` chunks), and their ratio."""
+    t = res.target
+    cfg = t.cfg
+    _, r = t.widths
+    n = t.rows if sharded(cfg) else -(-t.rows // t.num_hosts)
+    slots = s["slots"]
+
+    def decode(requests: int, length: int) -> float:
+        return math.ceil(requests / slots) * length * t_step
+
+    on_policy = decode(n, r) + t_upd
+    big_t = cfg.seeds.refresh_interval if cfg.seeded else 8
+    ratio = cfg.seeds.ratio if cfg.seeded else 0.3
+    rows, _ = cp.stats_rows(t, cfg.hardware.sampler_placement)
+    rows = rows or n
+    behavior = (big_t - 1) * n
+    cycle = (decode(n, r) + decode(behavior, r) + (big_t - 1) * decode(n, round((1 - ratio) * r))
+             + math.ceil(behavior / rows) * t_stats + big_t * t_upd)
+    seeded = cycle / big_t
+    return dict(onpolicy_step_s=on_policy, seeded_step_s=seeded,
+                seeded_over_onpolicy=seeded / on_policy if on_policy else 0.0,
+                ratio_assumed=dict(ratio=ratio, T=big_t))
+
+
+def compile_config(cd, *, topology: str | None = None, only=cp.PHASES, prefill_buckets="all",
+                   keep_executables: bool = False, progress=None) -> Result:
+    """Compiles every program of `only`. A learner / statistics program whose Pallas kernel XLA
+    cannot partition over the mesh is recorded in `failures` and compiled again with the
+    chunked XLA kernel (named in its note), so that its memory is still measured."""
+    t = make_target(cd, topology=topology)
+    say = progress or (lambda msg: None)
+    compiled, failures, retry = [], [], []
+    for prog in programs_for(t, only, prefill_buckets=prefill_buckets):
+        say(f"compiling {prog.name} ...")
+        try:
+            c = cp.compile_program(prog, generation=t.family, keep=keep_executables)
+        except NotImplementedError as e:
+            if UNPARTITIONED not in str(e):
+                raise
+            line = str(e).strip().splitlines()[0]
+            failures.append((prog.name, "pallas", line))
+            retry.append(prog.name)
+            say(f"  {prog.name}: FAILED with the Pallas kernel: {line}")
+            continue
+        say(f"  {prog.name}: {c.compile_s:.1f} s, peak {c.peak / 2**30:.2f} GiB/device")
+        compiled.append(c)
+    if retry:
+        for prog in programs_for(t, only, kernel_impl="chunked"):
+            if prog.name not in retry:
+                continue
+            prog.note += " [kernel_impl=chunked: the Pallas kernel failed to partition]"
+            say(f"compiling {prog.name} with the chunked kernel ...")
+            c = cp.compile_program(prog, generation=t.family, keep=keep_executables)
+            say(f"  {prog.name}: {c.compile_s:.1f} s, peak {c.peak / 2**30:.2f} GiB/device")
+            compiled.append(c)
+    order = {p: i for i, p in enumerate(cp.PHASES)}
+    compiled.sort(key=lambda c: order[c.phase])
+    return Result(t, compiled, failures)
