@@ -77,7 +77,8 @@ class Proc:
             if pred():
                 return True
             if self.p.poll() is not None:
-                return pred()
+                assert pred(), f"exited with {self.p.returncode}: {self.stderr[-3000:]}"
+                return True
             time.sleep(0.02)
         raise AssertionError(f"timed out; stderr: {''.join(self.lines)[-3000:]}")
 
@@ -89,8 +90,11 @@ class Proc:
             return 0
 
     def finish(self, timeout=300):
-        self.out = self.p.communicate(timeout=timeout)[0]
-        self._t.join(timeout=10)
+        # Not communicate(): it would read stderr too, racing the reader thread for the lines.
+        # stdout holds a few lines: it cannot fill its pipe while we wait.
+        self.p.wait(timeout=timeout)
+        self._t.join(timeout=30)
+        self.out = self.p.stdout.read()
         return self.p.returncode
 
     @property
