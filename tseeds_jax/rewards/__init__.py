@@ -5,7 +5,8 @@ RewardResult (score, reason, details); `score_batch(name, responses, references,
 grades in parallel and returns results in order; `summarize(results)` gives batch metrics (mean and
 a count per reason). Built-in rewards: "math", "reasoning_gym", "code" (sandboxed; docs/sandbox.md).
 Add rewards with `@register(name)`; `get(name)` returns the spec. Heavy dependencies (math-verify,
-reasoning-gym) are imported only when a reward first runs.
+reasoning-gym) are imported only when a reward first runs. A sandbox that cannot run is never
+silent: `health` (one warning per process, `check_rewards` for trainers) and `tseeds doctor`.
 """
 
 from tseeds_jax.rewards import code_reward as _code  # noqa: E402,F401 - registers "code"

@@ -22,6 +22,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from tseeds_jax.rewards import health
+
 
 @dataclasses.dataclass(frozen=True)
 class RewardResult:
@@ -104,8 +106,6 @@ def call_inline(spec: RewardSpec, response: Any, reference: Any, options: dict) 
 
 def score_result(name: str, response: Any, reference: Any, **options) -> RewardResult:
     """Score one response; see the module docstring for the isolation modes."""
-    from tseeds_jax.rewards import health
-
     spec = get(name)
     if spec.isolation == "inline":
         res = call_inline(spec, response, reference, options)
