@@ -76,8 +76,12 @@ def compile_one(impl: str, gen: str, n: int, d: int, v: int, device):
         compiled = jax.jit(jax.grad(loss, argnums=(0, 1))).lower(*args).compile()
     secs = time.perf_counter() - t0
     mem = compiled.memory_analysis()
-    return dict(temp=mem.temp_size_in_bytes, argument=mem.argument_size_in_bytes,
-                output=mem.output_size_in_bytes, compile_s=secs)
+    row = dict(temp=mem.temp_size_in_bytes, argument=mem.argument_size_in_bytes,
+               output=mem.output_size_in_bytes, compile_s=secs)
+    vmem = kernels.tpu_blocks.mosaic_vmem_used(compiled.as_text())
+    if vmem:
+        row["vmem_used"] = max(vmem)
+    return row
 
 
 def run(gens, shapes, impls):
@@ -97,6 +101,7 @@ def run(gens, shapes, impls):
                 if impl == "pallas":
                     cfg = kernels.block_config("tpu", gen, n, d, v, jnp.bfloat16)
                     row["blocks"] = f"{cfg.block_n}x{cfg.block_v}"
+                    row["vmem_limit"] = kernels.vmem_limit_bytes(gen)
                 try:
                     row.update(compile_one(impl, gen, n, d, v, device))
                 except Exception as e:  # a failed compile is a result: report it, go on
@@ -115,18 +120,19 @@ def _mib(x):
 
 
 def table(rows) -> str:
-    out = ["| gen | shape (N, D, V) | impl | blocks | temp MiB | argument MiB | output MiB "
-           "| compile s | bound MiB | temp <= bound |",
-           "|---|---|---|---|---:|---:|---:|---:|---:|---|"]
+    out = ["| gen | shape (N, D, V) | impl | blocks | kernel VMEM MiB | temp MiB | argument MiB "
+           "| output MiB | compile s | bound MiB | temp <= bound |",
+           "|---|---|---|---|---:|---:|---:|---:|---:|---:|---|"]
     for r in rows:
         shape = f"{r['shape']} ({r['n']}, {r['d']}, {r['v']})"
         if "error" in r:
             out.append(f"| {r['gen']} | {shape} | {r['impl']} | {r.get('blocks', '')} | "
-                       f"FAILED: {r['error']} | | | | | |")
+                       f"FAILED: {r['error']} | | | | | | |")
             continue
         bound = r.get("bound")
         ok = "" if bound is None else ("pass" if r["temp"] <= bound else "FAIL")
-        out.append(f"| {r['gen']} | {shape} | {r['impl']} | {r.get('blocks', '')} | "
+        vmem = f"{_mib(r['vmem_used'])} / {_mib(r['vmem_limit'])}" if "vmem_used" in r else ""
+        out.append(f"| {r['gen']} | {shape} | {r['impl']} | {r.get('blocks', '')} | {vmem} | "
                    f"{_mib(r['temp'])} | {_mib(r['argument'])} | {_mib(r['output'])} | "
                    f"{r['compile_s']:.1f} | {'' if bound is None else _mib(bound)} | {ok} |")
     return "\n".join(out)
@@ -150,7 +156,9 @@ Command (`{date}`, jax {jax.__version__}, libtpu {getattr(libtpu, '__version__',
 
 Forward+backward, bf16 hidden and unembedding, one device. temp / argument / output are the TPU
 compiler's `memory_analysis()` per device; bound = 5% of naive's temp + D x V x 4 bytes (issue 14);
-blocks = the Pallas (block_n x block_v) chosen for the generation (`kernels.block_config`).
+blocks = the Pallas (block_n x block_v) chosen for the generation (`kernels.block_config`);
+kernel VMEM = the largest VMEM that Mosaic reports using for one of the three Pallas calls (forward,
+d hidden, d unembed), against the `vmem_limit_bytes` they are compiled with.
 Compile seconds are on this shared 2-core machine. temp counts HBM only: on v6e the compiler
 places small temporaries in VMEM (`S(1)` in the HLO) and on v4 in CMEM (`S(3)`), so a temp can
 read 0 there.
