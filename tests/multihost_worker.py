@@ -3,8 +3,11 @@
 argv: OUT_NPZ RUN_DIR [SPEC_JSON]. Multi-process settings come from TSEEDS_* environment
 variables. SPEC_JSON (optional): {"devices": CPU devices of this process (default 1),
 "overrides": config overrides on top of the base run below, "reward": "half_parity" (groups of
-about half the prompts all score 0: DAPO dynamic sampling filters them and tops up)}.
+about half the prompts all score 0: DAPO dynamic sampling filters them and tops up),
+"checkpoints": true (write checkpoints to RUN_DIR)}.
 Prints "done INDEX COUNT" and a "stats {...}" JSON line (diagnostics the npz does not compare).
+Stopped by SIGTERM / SIGINT (rl/preemption.py): prints "preempted STEP" and exits with the
+trainer's exit code (75 / 130).
 """
 
 import json
@@ -27,6 +30,7 @@ jax.config.update("jax_default_matmul_precision", "highest")
 
 from tests.trainer_utils import parity_reward, tiny_trainer  # noqa: E402
 from tseeds_jax.rl import hosts  # noqa: E402
+from tseeds_jax.rl.preemption import Preempted  # noqa: E402
 
 
 def half_parity_reward(texts, refs):
@@ -63,12 +67,16 @@ def main(out, run_dir):
     # g / (|g| + eps) would blow the float32 rounding of near-zero entries up to ~lr.
     over = {"seeds.refresh_interval": 2, "seeds.ratio": 0.5, "steps": 3, "optim.eps": 1e-3,
             **SPEC.get("overrides", {})}
-    tr = tiny_trainer(run_dir, **over)
+    tr = tiny_trainer(run_dir, checkpoints=SPEC.get("checkpoints", False), **over)
     if SPEC.get("reward") == "half_parity":
         tr.env.reward_fn = half_parity_reward
     counts = dict.fromkeys(("moved_samples", "gathered_sample_calls", "global_stats_reads"), 0)
     _count_collectives(counts)
-    hist = tr.run()
+    try:
+        hist = tr.run()
+    except Preempted as e:
+        print("preempted", e.step, flush=True)
+        sys.exit(e.exit_code)
     params = hosts.local_replica(tr.state.params)
     leaves = {str(i): np.asarray(x) for i, x in enumerate(jax.tree_util.tree_leaves(params))}
     for key in ("loss", "reward", "gen_rounds", "kept_groups"):

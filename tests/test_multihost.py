@@ -1,12 +1,15 @@
 """Two processes on localhost (jax.distributed, CPU/gloo) train like one process with the same
 global batch: with a host-local sampler replica, and with the sampler on the learner's parameters
-sharded over both processes (hardware.sampler_placement="sharded")."""
+sharded over both processes (hardware.sampler_placement="sharded"). SIGTERM to one of them stops
+both at the same step, with a checkpoint (rl/preemption.py)."""
 
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 import pytest
@@ -104,3 +107,30 @@ def test_two_processes_sharded_sampler_match_one_process(tmp_path):
     # A step short of a full batch after max_gen_batches rounds: the last host's block is
     # padding rows (statistics chunks padded to the longest host).
     assert np.any(single["kept_groups"] < 2), single["kept_groups"]
+
+
+@pytest.mark.slow
+def test_sigterm_to_one_host_stops_both_at_the_same_step(tmp_path):
+    port = _free_port()
+    spec = {"checkpoints": True, "overrides": {"steps": 12, "checkpoint_every_minutes": 0.0}}
+    # one run dir for both, as a gs:// run root is on a pod
+    procs = [_worker(tmp_path / "m.npz", tmp_path / "m", spec, TSEEDS_NUM_PROCESSES="2",
+                     TSEEDS_PROCESS_ID=str(i), TSEEDS_COORDINATOR_ADDRESS=f"127.0.0.1:{port}")
+             for i in range(2)]
+    metrics = tmp_path / "m" / "metrics.jsonl"  # process 0 writes the metrics
+    deadline = time.monotonic() + 600
+    while not (metrics.exists() and len(metrics.read_text().splitlines()) >= 2):
+        assert time.monotonic() < deadline and all(p.poll() is None for p in procs)
+        time.sleep(0.05)
+    procs[1].send_signal(signal.SIGTERM)  # only host 1 is told
+    outs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [75, 75], [o[-2000:] for o in outs]
+    steps = [int(next(x for x in o.splitlines() if x.startswith("preempted ")).split()[1])
+             for o in outs]
+    assert steps[0] == steps[1] and 2 <= steps[0] < 12, steps
+    step = steps[0]
+    # the Orbax step (committed by process 0) and each host's own seed-cache file
+    assert (tmp_path / "m" / "ckpt" / str(step) / "commit_success.txt").exists()
+    for i in range(2):
+        assert (tmp_path / "m" / "seed_cache" / str(step) / f"host-000{i}.npz").exists()
+    assert len(metrics.read_text().splitlines()) == step

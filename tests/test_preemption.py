@@ -65,7 +65,9 @@ def test_sigint_alone_exits_130():
     with preemption.PreemptionGuard(Hosts(0, 1), watch=False) as guard:
         os.kill(os.getpid(), signal.SIGINT)
         code, _ = guard.agree()
-    assert guard.preempted(3, code, None).exit_code == 130
+    exc = guard.preempted(3, code, None)
+    assert exc.exit_code == 130
+    assert isinstance(exc, KeyboardInterrupt)  # callers that stop on Ctrl-C still do
 
 
 def test_time_based_checkpoints_are_host_0s_decision():

@@ -83,8 +83,12 @@ class Proc:
         raise AssertionError(f"timed out; stderr: {''.join(self.lines)[-3000:]}")
 
     def metric_lines(self):
+        return self.lines_in(self.run_dir)
+
+    @staticmethod
+    def lines_in(run_dir):
         try:
-            with open(os.path.join(self.run_dir, "metrics.jsonl")) as f:
+            with open(os.path.join(run_dir, "metrics.jsonl")) as f:
                 return sum(1 for line in f if line.endswith("\n"))
         except FileNotFoundError:
             return 0
@@ -178,8 +182,10 @@ def test_random_sigkills_resume_bitwise(tmp_path, cache_dir, reference):
     plans = ["metrics", "seed-cache-written", "metrics", "orbax-uncommitted", "metrics"]
     for plan in plans:
         env = {"TSEEDS_TEST_SAVE_DELAY_S": "3"} if plan != "metrics" else {}
+        # lines the killed attempt left (a resumed run first drops those past its checkpoint)
+        latest = _latest(run_dir) if (run_dir / "ckpt").exists() else None
+        start = max(Proc.lines_in(run_dir), latest or 0)
         p = Proc(run_dir, cache_dir, **env)
-        start = p.metric_lines()
         if plan == "metrics":
             # after a random number of further steps, a random fraction of a second later
             target = min(start + int(rng.integers(1, 3)), STEPS - 1)

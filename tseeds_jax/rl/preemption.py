@@ -60,6 +60,11 @@ class Preempted(Exception):
         return EXIT_RESUME if self.code == PREEMPT else EXIT_INTERRUPTED
 
 
+class Interrupted(Preempted, KeyboardInterrupt):
+    """`Preempted` by Ctrl-C: also a KeyboardInterrupt, so callers that stop on Ctrl-C (the
+    demo, notebooks) keep doing so, now after a checkpoint."""
+
+
 class PreemptionGuard:
     """Signal handlers + the per-step agreement. Use as a context manager around the loop.
 
@@ -134,7 +139,8 @@ class PreemptionGuard:
         self._last_save = self.clock()
 
     def preempted(self, step: int, code: int, checkpoint: str | None) -> Preempted:
-        return Preempted(step, code, self.agreed_reason or "stop requested", checkpoint)
+        cls = Preempted if code == PREEMPT else Interrupted
+        return cls(step, code, self.agreed_reason or "stop requested", checkpoint)
 
     # ---- lifecycle ----
     def __enter__(self) -> PreemptionGuard:
