@@ -17,8 +17,9 @@ def test_demo_quick_writes_report_and_checkpoints_evaluate(tmp_path, capsys):
     text = open(os.path.join(out, "report.md")).read()
     for section in SECTIONS:
         assert section in text, section
-    for label in ("On-policy DAPO", "Thinking Seeds (ratio", "Thinking Seeds (entropy"):
-        assert label in text
+    for label in ("On-policy DAPO", "Thinking Seeds (ratio", "Thinking Seeds (adaptive",
+                  "Value-model calibration", "On-policy DAPO, 4 mini-batches"):
+        assert label in text, label
     assert os.path.exists(os.path.join(out, "plots", "accuracy.png"))
     assert os.path.exists(os.path.join(out, "plots", "relay.png"))
     base = json.load(open(os.path.join(out, "base", "eval.json")))
@@ -29,3 +30,9 @@ def test_demo_quick_writes_report_and_checkpoints_evaluate(tmp_path, capsys):
                      "--out", res]) == 0
     got = json.load(open(res))
     assert set(got) >= {"single", "relay"} and got["single"]["num_problems"] == 4
+
+
+def test_demo_rejects_unknown_methods(capsys):
+    assert cli.main(["demo", "--methods", "dapo,ts_magic", "--out", "/nonexistent"]) == 2
+    err = capsys.readouterr().err
+    assert "--methods='dapo,ts_magic'" in err and "ts_magic" in err and "ts_adaptive" in err

@@ -110,3 +110,61 @@ def test_report_compares_with_the_fair_baseline(tmp_path):
     assert f"p={p_ratio:.2f}" in ratio and "**within**" in ratio
     assert "**exceeds**" in entropy
     assert "- DAPO vs DAPO_MINIBATCH" not in fair
+
+
+def _seed_runs():
+    """Two methods x 2 seeds with hand-written step metrics (T = 2: steps 0, 2 on-policy)."""
+    from tseeds_jax.eval.rundata import RunData
+
+    runs = {"dapo": [], "ts_adaptive": []}
+    for seed in range(2):
+        runs["dapo"].append(RunData(
+            path="", method="dapo", label="DAPO", seed=seed, info={}, curve=[], final=None,
+            metrics=[{"step": s, "zero_adv_group_frac": 0.4 + 0.1 * seed,
+                      "zero_adv_group_frac/onpolicy": 0.4 + 0.1 * seed} for s in range(4)]))
+        ms = []
+        for s in range(4):
+            m = {"step": s, "zero_adv_group_frac": [0.3, 0.1, 0.3, 0.1][s] + 0.02 * seed}
+            if s % 2:
+                m.update({"zero_adv_group_frac/seeded": m["zero_adv_group_frac"],
+                          "seeds/cut_ratio_mean": 0.6, "seeds/cut_ratio_hist": [1] * 4 + [2] * 6,
+                          "seeds/empty_frac": 0.0, "seeds/from_success_frac": 0.75,
+                          "seeds/fallback_frac": 0.25, "seeds/gamma": 1.0 + s,
+                          "seeds/gamma_calibrated": 2.0 + s,
+                          "calib/n": [2, 0, 4, 0, 0], "calib/pred": [0.2, 0, 2.0, 0, 0],
+                          "calib/real": [1, 0, 1, 0, 0]})
+            else:
+                m["zero_adv_group_frac/onpolicy"] = m["zero_adv_group_frac"]
+            ms.append(m)
+        runs["ts_adaptive"].append(RunData(path="", method="ts_adaptive", label="Adaptive",
+                                           seed=seed, info={}, curve=[], final=None, metrics=ms))
+    return runs
+
+
+def test_seed_section_reports_zero_advantage_split_and_calibration():
+    from scipy import stats
+
+    from tseeds_jax.eval import seed_report
+
+    lines = seed_report.section("## S", _seed_runs(), "dapo", lambda r: 2)
+    text = "\n".join(lines)
+    # per-run means over steps: 0.2 and 0.22; 95% t interval over the two seeds
+    vals = np.array([0.2, 0.22])
+    half = stats.t.ppf(0.975, 1) * vals.std(ddof=1) / np.sqrt(2)
+    row = next(x for x in lines if x.startswith("| Adaptive | 2 |"))
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells[2] == f"{100 * vals.mean():.1f} ± {100 * half:.1f}"
+    d = stats.ttest_ind(vals, [0.4, 0.5], equal_var=False)
+    assert cells[3] == f"{100 * (vals.mean() - 0.45):+.1f} (p={d.pvalue:.2f})"
+    assert cells[4].startswith(f"{100 * np.mean([0.3, 0.32]):.1f} ± ")  # on-policy batches
+    assert cells[5].startswith(f"{100 * np.mean([0.1, 0.12]):.1f} ± ")  # seeded batches
+    seed_row = next(x for x in lines if x.startswith("| Adaptive | 60.0"))
+    # cut ratio >= 0.5: bins 5..9 hold 5 x 2 of 4 x 1 + 6 x 2 = 16 per step
+    assert [c.strip() for c in seed_row.split("|")[1:-1]][2] == f"{100 * 10 / 16:.1f}"
+    # calibration: 2 runs x 2 seeded steps pooled; bin 0: 8 samples, predicted 0.8 / 8
+    assert "| 0.0–0.2 | 8 | 10.0 | 50.0 |" in text
+    assert "| 0.4–0.6 | 16 | 50.0 | 25.0 |" in text
+    # per cycle (T = 2): cycle 0 = steps 0-1, 2 runs x 6 samples, predicted (0.2 + 2.0) x 2 / 12,
+    # realised 2 x 2 / 12; gamma used 2, after 3
+    assert f"| 0 | 0–1 | 12 | {100 * 4.4 / 12:.1f} | {100 * 4 / 12:.1f} | 2.00 | 3.00 |" in text
+    assert f"| 1 | 2–3 | 12 | {100 * 4.4 / 12:.1f} | {100 * 4 / 12:.1f} | 4.00 | 5.00 |" in text

@@ -1,8 +1,9 @@
 """`tseeds demo [--out DIR] [--quick]`: the embedded default experiment.
 
 Trains a character tokenizer, warm-starts a tiny decoder on worked chain-sum solutions (a base
-policy that is right sometimes but not always), then trains on-policy DAPO and Thinking Seeds
-(ratio and entropy truncation) from that base for several training seeds, evaluates everything
+policy that is right sometimes but not always), then trains on-policy DAPO, Thinking Seeds
+(ratio truncation, adaptive seeds; entropy truncation with --methods) and the mini-batched
+DAPO baseline from that base for several training seeds, evaluates everything
 on held-out problems (avg@n, pass@k, relay inference) and writes DIR/report.md with plots.
 No downloads; everything runs on CPU in one process.
 """
@@ -25,6 +26,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rl-steps", type=int, default=None, help="override RL steps per run")
     p.add_argument("--warm-steps", type=int, default=None, help="override warm-start SFT steps")
     p.add_argument("--seeds", type=int, default=None, help="number of training seeds per method")
+    p.add_argument("--methods", default=None,
+                   help="comma-separated methods to run (default dapo,ts_ratio,ts_adaptive,"
+                        "dapo_minibatch; also: ts_entropy)")
     return p
 
 
@@ -45,6 +49,16 @@ def main(argv: list[str]) -> int:
         dc = dataclasses.replace(dc, seeds=tuple(range(args.seeds)))
     if args.warm_steps is not None:
         dc = dataclasses.replace(dc, warm=dataclasses.replace(dc.warm, steps=args.warm_steps))
+    if args.methods is not None:
+        from tseeds_jax.demo.experiment import method_names
+
+        names = tuple(x.strip() for x in args.methods.split(",") if x.strip())
+        bad = [x for x in names if x not in method_names()]
+        if bad or not names:
+            print(f"tseeds demo: --methods={args.methods!r}: unknown {bad or 'empty list'}; "
+                  f"known: {','.join(method_names())}", file=sys.stderr)
+            return 2
+        dc = dataclasses.replace(dc, methods=names)
     command = "tseeds demo " + " ".join(shlex.quote(a) for a in argv)
     t0 = time.perf_counter()
     out = run_demo(dc, command=command.strip())

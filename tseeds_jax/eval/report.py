@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from tseeds_jax.eval import plots
+from tseeds_jax.eval import plots, seed_report
 from tseeds_jax.eval.rundata import (
     RunData,
     find_runs,
@@ -33,7 +33,7 @@ from tseeds_jax.eval.rundata import (
 SECTIONS = ("## Base policy", "## RL effect over the base",
             "## Final accuracy per method", "## Accuracy during training",
             "## avg@k and pass@k", "## Relay vs single-model inference", "## Positional profiles",
-            "## Step-time overhead of seeding")
+            "## Step-time overhead of seeding", "## Group signal and seed selection")
 
 WARMUP_STEPS = 5  # steps excluded from step-time means (they include compilation)
 
@@ -343,6 +343,7 @@ def write_report(root: str, *, out: str | None = None) -> str:
         lines.append("")
     else:
         lines += ["(no baseline step times)", ""]
+    lines += seed_report.section(SECTIONS[8], methods, baseline, _refresh_interval)
     if demo.get("timings"):
         lines += ["Wall-clock of the demo phases (s): "
                   + ", ".join(f"{k} {v:.0f}" for k, v in demo["timings"].items()), ""]
@@ -350,6 +351,15 @@ def write_report(root: str, *, out: str | None = None) -> str:
     with open(path, "w") as f:
         f.write("\n".join(lines) + "\n")
     return path
+
+
+def _refresh_interval(run: RunData) -> int:
+    """T of a run: its method overrides, else its saved config, else 1."""
+    over = (run.info.get("overrides") or {}).get("seeds.refresh_interval")
+    if over is None:
+        cfg = _read(os.path.join(run.path, "config.json")) or {}
+        over = (cfg.get("seeds") or {}).get("refresh_interval", 1)
+    return max(int(over), 1)
 
 
 def summary(root: str) -> dict[str, Any]:

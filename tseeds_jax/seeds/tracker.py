@@ -22,7 +22,7 @@ import numpy as np
 
 from tseeds_jax.seeds.selection import successes, value
 
-GAMMA_GRID = np.geomspace(1 / 8, 8, 25)  # 2^(-3) .. 2^3 in steps of 2^(1/4)
+GAMMA_GRID = np.geomspace(1 / 16, 32, 37)  # 2^(-4) .. 2^5 in steps of 2^(1/4)
 CALIB_BINS = np.array([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])  # predicted-success bins of the report
 
 
