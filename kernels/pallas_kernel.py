@@ -114,6 +114,9 @@ def logprob_entropy_pallas(hidden_ND, unembed_DV, targets_N, *, temperature: flo
                          "'sequential' Pallas kernels (target ids travel as float32)")
     if interpret is None:
         interpret = tgt.platform not in ("tpu", "gpu")
+    if cfg.strategy == "sequential" and tgt.platform == "gpu" and not interpret:
+        raise ValueError("strategy 'sequential' is the TPU layout (VMEM scratch, ordered grid); "
+                         "on GPU use strategy='atomic'")
     vmem = vmem_limit_bytes(tgt.generation) if tgt.platform == "tpu" else None
     logp, ent = _fused(hidden_ND, unembed_DV, targets_N, float(temperature), cfg, tgt.platform,
                        bool(interpret), vmem)
