@@ -25,7 +25,9 @@ ARCH = dict(model_type="qwen2", vocab_size=151936, hidden_size=1536, intermediat
             rms_norm_eps=1e-6)
 
 VARIANTS = {
-    "tpu": Slice("v6e-64", fsdp=32, tensor=2, sampler_placement="sharded"),
+    # fsdp 64: jax.make_mesh lays each mesh axis on whole torus axes, and v6e-64 is an 8x8 torus,
+    # so fsdp 32 x tensor 2 cannot be built there (found by `tseeds compile`, docs/scale.md).
+    "tpu": Slice("v6e-64", fsdp=64, sampler_placement="sharded"),
     "gpu": Slice("8xH100", fsdp=8, sampler_placement="sharded"),
 }
 

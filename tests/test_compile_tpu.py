@@ -142,3 +142,16 @@ def test_manifest_checks_config_and_programs(tmp_path, capsys):
         compile_manifest.check_manifest(str(out), cd)
     with pytest.raises(compile_manifest.ManifestMismatch, match="stats_forward"):
         compile_manifest.check_manifest(str(out), _load(), hlo_sha256={"stats_forward": "0" * 64})
+
+
+def test_plan_compare_puts_plan_beside_compiled(result):
+    from tseeds_jax.scale import plan_cli
+
+    plan, _ = plan_cli.build_plan(_load(), num_devices=4, hbm_gib=95)
+    c = plan_cli.compare(plan, result)
+    for phase in ("learner", "stats", "sampler"):
+        row = c["phases"][phase]
+        assert row["compiled"] == max(x.peak for x in result.compiled if x.phase == phase)
+        assert row["plan"] == plan.phase_total("resident") + plan.phase_total(phase)
+    assert c["compiled_peak"] == max(r["compiled"] for r in c["phases"].values())
+    assert "compiled for v5p:2x2x1" in plan_cli.render_compared(c)

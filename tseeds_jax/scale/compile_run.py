@@ -54,7 +54,13 @@ def make_target(cd, *, topology: str | None = None):
         raise CompileInputError(
             f"config.rollout.batch_prompts x group_size = {rows} sequences is not divisible by "
             f"the mesh's batch axes data x fsdp = {mesh_sizes[0] * mesh_sizes[1]}")
-    mesh = shd.make_mesh(dict(zip(shd.MESH_AXES, mesh_sizes)), devices=devices)
+    try:
+        mesh = shd.make_mesh(dict(zip(shd.MESH_AXES, mesh_sizes)), devices=devices)
+    except NotImplementedError as e:  # jax.make_mesh: sizes not products of the torus axes
+        raise CompileInputError(
+            f"config.mesh={dict(cfg.mesh)}: jax.make_mesh cannot lay {mesh_sizes} on the "
+            f"{topology} torus (each axis must be a product of physical axis sizes; the "
+            f"trainer's make_mesh fails the same way): {str(e).splitlines()[0][:120]}") from None
     hosts = len({d.process_index for d in devices})
     return cp.Target(cfg=cfg, mcfg=model_config_for(cfg), mesh=mesh, topology=topology,
                      family=family, hbm_bytes=int(hbm_gib * (1 << 30)), num_hosts=hosts)

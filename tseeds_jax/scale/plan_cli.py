@@ -13,6 +13,10 @@ Options:
   --sampler-placement replica|sharded   override config.hardware.sampler_placement
   --stats-rows N       sequences per statistics forward (default 0: as the trainer chunks them,
                        optim.micro_batch_size rows per forward)
+  --compile            also compile the step's programs for the TPU target (`tseeds compile`,
+                       learner / stats / sampler, largest prefill bucket) and show the compiled
+                       per-device peaks beside the plan's
+  --topology NAME      with --compile: libtpu topology (default: from the accelerator)
   --json               machine-readable output
 """
 
@@ -39,6 +43,8 @@ def _parse(argv: list[str]):
     flags.DEFINE_integer("stats_rows", 0, "sequences per statistics forward (0: as the trainer)",
                          flag_values=fv)
     flags.DEFINE_bool("json", False, "print JSON", flag_values=fv)
+    flags.DEFINE_bool("compile", False, "compile for the TPU target and compare", flag_values=fv)
+    flags.DEFINE_string("topology", None, "libtpu topology for --compile", flag_values=fv)
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__)
         raise SystemExit(0)
@@ -143,6 +149,19 @@ def main(argv: list[str]) -> int:
         print(f"tseeds plan: {e}", file=sys.stderr)
         return 2
     ranked, path = suggest.suggestions(plan)
+    compared = None
+    if fv.compile:
+        from tseeds_jax.scale import compile_run
+
+        try:
+            res = compile_run.compile_config(
+                fv.config, topology=fv.topology, only=("learner", "stats", "sampler"),
+                prefill_buckets="max",
+                progress=None if fv.json else lambda m: print(m, file=sys.stderr, flush=True))
+        except (ConfigValueError, ValueError) as e:
+            print(f"tseeds plan: --compile: {str(e).splitlines()[0]}", file=sys.stderr)
+            return 2
+        compared = compare(plan, res)
     if fv.json:
         out = plan.to_dict()
         out["accelerator"] = acc.name if acc else None
@@ -150,8 +169,42 @@ def main(argv: list[str]) -> int:
                                    fits=s.plan.fits) for s in ranked]
         out["path_to_fit"] = [dict(change=s.change, peak_bytes=s.plan.peak_bytes, fits=s.plan.fits)
                               for s in path]
+        if compared is not None:
+            out["compiled"] = compared
         print(json.dumps(out, indent=1))
     else:
         title = f"{acc.name if acc else 'custom'} ({_fmt(plan.hbm_bytes).strip()} GiB/device)"
         print(render(plan, ranked, path, title=title))
+        if compared is not None:
+            print(render_compared(compared))
     return 0 if plan.fits is not False else 1
+
+
+def compare(plan, res) -> dict:
+    """Per phase: the plan's resident + phase bytes beside the compiled peak of that phase (the
+    largest program's footprint plus what is alive outside it; `tseeds compile`)."""
+    rows = {}
+    for phase in ("learner", "stats", "sampler"):
+        comp = res.phase_peak(phase)
+        planned = plan.phase_total("resident") + plan.phase_total(phase)
+        if comp:
+            rows[phase] = dict(plan=planned, compiled=comp, ratio=planned / comp)
+    peak = max(v["compiled"] for v in rows.values()) if rows else 0
+    return dict(topology=res.target.topology, phases=rows, plan_peak=plan.peak_bytes,
+                compiled_peak=peak, peak_ratio=plan.peak_bytes / peak if peak else None,
+                failures=[f"{n} ({i}): {e}" for n, i, e in res.failures],
+                programs={c.name: c.peak for c in res.compiled})
+
+
+def render_compared(c: dict) -> str:
+    lines = ["", f"  compiled for {c['topology']} (XLA's TPU compiler; GiB/device):",
+             f"  {'phase':<9} {'plan':>8} {'compiled':>9} {'plan/compiled':>14}"]
+    for phase, r in c["phases"].items():
+        lines.append(f"  {phase:<9} {_fmt(r['plan'])} {_fmt(r['compiled']):>9} "
+                     f"{r['ratio']:>14.3f}")
+    if c["peak_ratio"] is not None:
+        lines.append(f"  {'peak':<9} {_fmt(c['plan_peak'])} {_fmt(c['compiled_peak']):>9} "
+                     f"{c['peak_ratio']:>14.3f}")
+    for f in c["failures"]:
+        lines.append(f"  compile failure (measured with the chunked kernel instead): {f}")
+    return "\n".join(lines)
