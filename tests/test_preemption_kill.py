@@ -189,10 +189,10 @@ def test_random_sigkills_resume_bitwise(tmp_path, cache_dir, reference):
         if plan == "metrics":
             # after a random number of further steps, a random fraction of a second later
             target = min(start + int(rng.integers(1, 3)), STEPS - 1)
-            p.wait_for(lambda t=target: p.metric_lines() >= t)
+            p.wait_for(lambda t=target, p=p: p.metric_lines() >= t)
             time.sleep(float(rng.uniform(0.0, 1.0)))
         else:
-            p.wait_for(lambda w=plan: any(f"TSEEDS_TEST_SAVE {w}" in x for x in p.lines))
+            p.wait_for(lambda w=plan, p=p: any(f"TSEEDS_TEST_SAVE {w}" in x for x in p.lines))
             time.sleep(float(rng.uniform(0.2, 2.0)))  # inside the 3 s delay
         assert p.p.poll() is None, f"{plan}: the run ended before the kill:\n{p.stderr[-2000:]}"
         p.p.send_signal(signal.SIGKILL)

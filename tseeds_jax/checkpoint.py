@@ -8,11 +8,13 @@ Layout of a checkpoint directory (local path or anything etils.epath accepts, e.
 
 Every write goes to a temporary directory that Orbax renames when complete (on gs://, where a
 rename is not atomic, Orbax instead writes `commit_success.txt` last and lists only directories
-that have it), so a crash never leaves a half-written checkpoint visible; leftover temporaries are
-removed when a `Checkpoints` is opened. `commit_file=True` uses the gs:// regime on any path
-(tests exercise it on a local disk). Numbered steps are kept to the last `keep_last`;
-historical checkpoints (e.g. the behavior-policy snapshot of each Thinking Seeds refresh cycle)
-stay until `delete_historical` removes them.
+that have it), so a crash never leaves a half-written checkpoint visible; the run's writer
+removes leftover temporaries when it opens its `Checkpoints` (`cleanup_tmp=True`).
+`commit_file=True` uses the gs:// regime on any path (tests exercise it on a local disk).
+Numbered steps are kept to the last `keep_last`; historical checkpoints (e.g. the
+behavior-policy snapshot of each Thinking Seeds refresh cycle) stay until `delete_historical`
+removes them. A restore whose arrays do not have the target's shapes is an error naming the
+array (Orbax would return the shape on disk for numpy targets).
 
 Restoring onto a layout: pass `target`, a pytree with the saved structure whose leaves are
 arrays or `jax.ShapeDtypeStruct`s carrying the wanted `sharding` (see `abstract_target`); the
@@ -219,14 +221,16 @@ class Checkpoints:
     """
 
     def __init__(self, directory, *, keep_last: int | None = 3, async_save: bool = False,
-                 commit_file: bool = False):
+                 commit_file: bool = False, cleanup_tmp: bool = False):
+        """cleanup_tmp: delete what killed saves left behind. Only the run's writer may: a
+        reader (evaluation of a live run) would delete the writer's save in progress."""
         if keep_last is not None and (not isinstance(keep_last, int) or keep_last < 1):
             raise ValueError(f"keep_last={keep_last!r}: must be a positive int or None (keep all)")
         self.directory = _path(directory)
         self.commit_file = commit_file
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep_last, create=True, enable_async_checkpointing=async_save,
-            cleanup_tmp_directories=True,  # what a killed save left behind
+            cleanup_tmp_directories=cleanup_tmp,
             temporary_path_class=_tmp_class(self.directory, commit_file))
         self._manager = ocp.CheckpointManager(self.directory, options=options,
                                               item_handlers=_item_handlers(True))

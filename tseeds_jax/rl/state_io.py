@@ -53,7 +53,7 @@ class RunCheckpointer:
                  commit_file: bool = False):
         """commit_file: Orbax's gs:// commit regime (commit_success.txt) on any path."""
         self.ckpts = checkpoint.Checkpoints(os.path.join(run_dir, "ckpt"), keep_last=keep_last,
-                                            commit_file=commit_file)
+                                            commit_file=commit_file, cleanup_tmp=True)
         self.seed_dir = epath.Path(str(self.ckpts.directory)).parent / "seed_cache"
         self.response_width = response_width
         self.snapshots = snapshots

@@ -23,8 +23,7 @@ import numpy as np
 from tseeds_jax.model.sharding import batch_sharding
 from tseeds_jax.rewards.health import check_rewards
 from tseeds_jax.rl import hosts as hosts_lib
-from tseeds_jax.rl import preemption
-from tseeds_jax.rl import rollout
+from tseeds_jax.rl import preemption, rollout
 from tseeds_jax.rl.config import TrainConfig
 from tseeds_jax.rl.learner import Learner, TrainState
 from tseeds_jax.rl.metrics import MetricsWriter
