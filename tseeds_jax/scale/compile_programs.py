@@ -172,6 +172,16 @@ def make_learner(t: Target, kernel_impl: str):
     return learner, abstract(state, shd.param_shardings(state, t.mesh))
 
 
+def kernel_tokens(t: Target, n: int) -> int:
+    """Tokens one device's Pallas call sees of a call over `n` tokens: the kernel runs under
+    shard_map with the tokens split over the mesh axes that divide them (kernels/sharded.py)."""
+    try:
+        from tseeds_jax.kernels.sharded import token_axes
+    except ImportError:  # kernels without a sharded wrapper: rows split over the batch axes
+        return n // t.batch_shards if n % t.batch_shards == 0 else n
+    return n // math.prod(t.mesh.shape[a] for a in token_axes(t.mesh, n))
+
+
 def learner_programs(t: Target, learner, state, kernel_impl: str) -> list[Program]:
     from tseeds_jax.rl.learner import LearnerBatch
     from tseeds_jax.rl.runner import learner_batch_shardings
@@ -206,8 +216,8 @@ def learner_programs(t: Target, learner, state, kernel_impl: str) -> list[Progra
     d, v = t.mcfg.hidden_size, t.mcfg.vocab_size
     # The LM head's useful FLOPs: logits (2 N D V) + d hidden and d unembed (4 N D V); logits
     # the kernel recomputes in its backward are not counted (model FLOPs, as for MFU).
-    kern = (6.0 * n * o.epochs * r * d * v / t.batch_shards) if kernel_impl == "pallas" else 0.0
     trips = o.epochs * o.mini_batches * ((n // o.mini_batches) // micro)
+    kern = (6.0 * trips * kernel_tokens(t, micro * r) * d * v) if kernel_impl == "pallas" else 0.0
     return [Program(
         "learner_update", "learner",
         f"Learner._update: {n} sequences x T={p + r}, {o.mini_batches} mini-batch(es) of "
@@ -256,9 +266,9 @@ def stats_programs(t: Target, learner, state, kernel_impl: str, placement: str) 
         params = jax.tree.map(lambda x: _sds(x, one), params)
         tok = jax.ShapeDtypeStruct((rows, p + r), jnp.int32, sharding=one)
         extra = resident
-    shards = t.batch_shards if placement == "sharded" else 1
     d, v = t.mcfg.hidden_size, t.mcfg.vocab_size
-    kern = 2.0 * rows * r * d * v / shards if kernel_impl == "pallas" else 0.0
+    kern = (2.0 * (kernel_tokens(t, rows * r) if placement == "sharded" else rows * r) * d * v
+            if kernel_impl == "pallas" else 0.0)
     out = []
     if served:
         out.append(Program("stats_forward", "stats",
