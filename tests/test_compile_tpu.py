@@ -14,8 +14,9 @@ import pytest
 
 from tseeds_jax.scale import topology
 
+# libtpu (XLA's TPU compiler) is a pinned test package (requirements-test.txt): fail, never skip.
 REASON = topology.libtpu_available()
-pytestmark = pytest.mark.skipif(REASON is not None, reason=f"libtpu unavailable: {REASON}")
+assert REASON is None, f"libtpu unavailable: {REASON}"
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "tiny_thinking_seeds.py")
