@@ -98,8 +98,9 @@ cmd_install() {
     "$python" -m venv "$venv"
   fi
   "$venv/bin/python" -m pip install --quiet --upgrade pip
-  # One resolver run for both, so that the project's jax pin and jax[tpu]'s libtpu agree.
-  "$venv/bin/python" -m pip install --quiet "$project" "$jax_spec"
+  # One resolver run for all, so that the project's jax pin and jax[tpu]'s libtpu agree. gcsfs:
+  # etils.epath (used by Orbax and the seed-cache files) needs it for gs:// run dirs.
+  "$venv/bin/python" -m pip install --quiet "$project" "$jax_spec" "gcsfs==2026.10.1"
   local versions
   versions=$("$venv/bin/python" -c \
     'import jax, tseeds_jax; print("jax", jax.__version__, "tseeds_jax", tseeds_jax.__file__)')
