@@ -433,3 +433,17 @@ def test_readme_setup_commands_are_ci_and_a_lean_main_job():
     assert test_parts[0].replace(" -r requirements-test.txt", "") == main_parts[0]
     assert main_parts[1:-1] == test_parts[1:-1]
     assert "pip install --no-deps -e ." in main_parts
+
+
+def test_manual_check_catches_the_old_tpu_md_errors():
+    """The two errors docs/tpu.md once had: a config file that does not exist, an unknown field."""
+    bad = Block("x.md", 1, "bash", "tpu_scripts/launch.sh --env pod.env -- "
+                "--config.seeds.refresh_every=8", "manual")
+    with pytest.raises(AssertionError, match="do not parse"):
+        _check_overrides("configs/qwen25_math_7b_dapo17k.py", ["--config.seeds.refresh_every=8"],
+                         bad.id)
+    _check_overrides("configs/qwen25_math_7b_dapo17k.py", ["--config.seeds.refresh_interval=8"],
+                     bad.id)
+    missing = Block("x.md", 1, "bash", "CONFIG=configs/paper_qwen25_math_1p5b.py", "file", "pod.env")
+    with pytest.raises(AssertionError, match="does not exist"):
+        _check_manual_block(missing, None)
