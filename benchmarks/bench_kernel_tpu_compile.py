@@ -129,7 +129,7 @@ def table(rows) -> str:
             out.append(f"| {r['gen']} | {shape} | {r['impl']} | {r.get('blocks', '')} | "
                        f"FAILED: {r['error']} | | | | | | |")
             continue
-        bound = r.get("bound")
+        bound = r.get("bound") if r["impl"] != "naive" else None  # the baseline itself
         ok = "" if bound is None else ("pass" if r["temp"] <= bound else "FAIL")
         vmem = f"{_mib(r['vmem_used'])} / {_mib(r['vmem_limit'])}" if "vmem_used" in r else ""
         out.append(f"| {r['gen']} | {shape} | {r['impl']} | {r.get('blocks', '')} | {vmem} | "
@@ -144,6 +144,16 @@ def section(rows, command) -> str:
     date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     shapes = "\n".join(f"- `{k}` (N, D, V) = {v[:3]}: {v[3]}" for k, v in SHAPES.items()
                        if any(r["shape"] == k for r in rows))
+    pallas = [r for r in rows if r["impl"] == "pallas"]
+    bad = [f"{r['gen']} {r['shape']}" for r in pallas
+           if "error" in r or r["temp"] > r.get("bound", float("inf"))]
+    accept = [f"{r['shape']}: {_mib(r['temp'])} MiB vs bound {_mib(r['bound'])} MiB "
+              f"(naive {_mib((r['bound'] - r['d'] * r['v'] * 4) / 0.05)} MiB)"
+              for r in pallas if r["gen"] == "v5p" and r["shape"].startswith("accept")
+              and "bound" in r and "temp" in r]
+    summary = (f"Pallas compiled and within the bound in {len(pallas) - len(bad)} of {len(pallas)}"
+               f" cases{': not ' + ', '.join(bad) if bad else ''}. Acceptance (v5p): "
+               + "; ".join(accept) + ".")
     return f"""## Fused log-prob + entropy compiled for TPU (compile only)
 
 Command (`{date}`, jax {jax.__version__}, libtpu {getattr(libtpu, '__version__', '?')}, on the
@@ -165,6 +175,8 @@ read 0 there.
 Shapes (per-device tokens of one micro-batch, one sequence per device of the batch axes):
 
 {shapes}
+
+{summary}
 
 {table(rows)}
 """
