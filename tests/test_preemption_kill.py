@@ -10,6 +10,7 @@ skips compile time: the cached executables are the ones a cold start compiles.
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -173,35 +174,50 @@ def assert_same_run(run_dir, reference):
     assert tb["loss"] == ref_tb["loss"] and tb["reward"] == ref_tb["reward"]
 
 
+# Where the save-delay hook's announcements (TSEEDS_TEST_SAVE ..., stderr) put a kill.
+MARKS = {
+    # a step's seed-cache files written, its Orbax step not started
+    "seed-cache-written": re.compile(r"TSEEDS_TEST_SAVE seed-cache-written step="),
+    # a refresh: the behavior snapshot pi_b written to its temporary directory, not committed
+    "behavior-uncommitted": re.compile(r"orbax-uncommitted \S*/historical/behavior-\d+\.orbax"),
+    # a step's Orbax checkpoint written to its temporary directory, not committed
+    "step-uncommitted": re.compile(r"orbax-uncommitted \S*/ckpt/\d+\.orbax-checkpoint-tmp"),
+}
+
+
 @pytest.mark.slow
 def test_random_sigkills_resume_bitwise(tmp_path, cache_dir, reference):
-    """Five SIGKILLs at seeded random moments, two of them inside a checkpoint write (after the
-    seed cache is written; Orbax's step written but not committed), then a run to the end."""
+    """Five SIGKILLs at seeded random moments, three of them inside a checkpoint write (the
+    save-delay hook holds each write for 2 s), then a run to the end."""
     rng = np.random.default_rng(15)
     run_dir = tmp_path / "run"
-    plans = ["metrics", "seed-cache-written", "metrics", "orbax-uncommitted", "metrics"]
+    plans = ["steps", "seed-cache-written", "behavior-uncommitted", "step-uncommitted", "steps"]
     for plan in plans:
-        env = {"TSEEDS_TEST_SAVE_DELAY_S": "3"} if plan != "metrics" else {}
+        env = {"TSEEDS_TEST_SAVE_DELAY_S": "2"} if plan != "steps" else {}
         # lines the killed attempt left (a resumed run first drops those past its checkpoint)
         latest = _latest(run_dir) if (run_dir / "ckpt").exists() else None
         start = max(Proc.lines_in(run_dir), latest or 0)
         p = Proc(run_dir, cache_dir, **env)
-        if plan == "metrics":
+        if plan == "steps":
             # after a random number of further steps, a random fraction of a second later
             target = min(start + int(rng.integers(1, 3)), STEPS - 1)
             p.wait_for(lambda t=target, p=p: p.metric_lines() >= t)
             time.sleep(float(rng.uniform(0.0, 1.0)))
         else:
-            p.wait_for(lambda w=plan, p=p: any(f"TSEEDS_TEST_SAVE {w}" in x for x in p.lines))
-            time.sleep(float(rng.uniform(0.2, 2.0)))  # inside the 3 s delay
+            p.wait_for(lambda m=MARKS[plan], p=p: any(m.search(x) for x in p.lines))
+            time.sleep(float(rng.uniform(0.1, 1.5)))  # inside the 2 s delay
         assert p.p.poll() is None, f"{plan}: the run ended before the kill:\n{p.stderr[-2000:]}"
         p.p.send_signal(signal.SIGKILL)
         assert p.finish() == -signal.SIGKILL
-        if plan == "orbax-uncommitted":  # the kill left Orbax's temporary step behind
+        if plan == "step-uncommitted":  # the kill left Orbax's temporary step behind
             assert any("orbax-checkpoint-tmp" in d for d in os.listdir(run_dir / "ckpt"))
+        if plan == "behavior-uncommitted":
+            assert any("orbax-checkpoint-tmp" in d
+                       for d in os.listdir(run_dir / "ckpt" / "historical"))
     p = Proc(run_dir, cache_dir)
     assert p.finish() == 0, p.stderr[-3000:]
     assert "resumed from step" in p.out
+    assert not any("orbax-checkpoint-tmp" in d for d in os.listdir(run_dir / "ckpt"))
     assert_same_run(run_dir, reference)
 
 
