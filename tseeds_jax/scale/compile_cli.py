@@ -126,7 +126,7 @@ def main(argv: list[str]) -> int:
         except ValueError as e:
             print(f"tseeds compile: {e}", file=sys.stderr)
             return 2
-    progress = None if fv.json else (lambda msg: print(msg, file=sys.stderr, flush=True))
+    progress = lambda msg: print(msg, file=sys.stderr, flush=True)  # noqa: E731 (stdout: result)
     try:
         res = compile_run.compile_config(fv.config, topology=fv.topology, only=only,
                                          prefill_buckets=fv.prefill_buckets,
@@ -134,7 +134,11 @@ def main(argv: list[str]) -> int:
     except (ConfigValueError, ValueError) as e:
         print(f"tseeds compile: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
-    if not res.fits:
+    broken = [(n, e) for n, kind, e in res.failures if kind == "compile"]
+    if broken:
+        print(f"tseeds compile: {len(broken)} program(s) failed to compile, first "
+              f"{broken[0][0]}: {broken[0][1][:200]}; nothing written", file=sys.stderr)
+    elif not res.fits:
         big = res.largest
         print(f"tseeds compile: does not fit: {big.name} needs {_gib(big.peak)} GiB per device "
               f"(> {_gib(res.usable)} GiB usable of {_gib(res.target.hbm_bytes)} GiB HBM on "
@@ -152,8 +156,7 @@ def main(argv: list[str]) -> int:
         return 1
     if fv.out:
         compile_manifest.write(fv.out, fv.config, res)
-        if progress:
-            progress(f"wrote {fv.out}/manifest.json and {len(res.compiled)} executables")
+        progress(f"wrote {fv.out}/manifest.json and {len(res.compiled)} executables")
     return 0
 
 

@@ -105,7 +105,9 @@ class Result:
 
     @property
     def fits(self) -> bool:
-        return all(c.peak <= self.usable for c in self.compiled)
+        """Every program compiled and fits (a program XLA could not compile does not)."""
+        return (all(c.peak <= self.usable for c in self.compiled)
+                and not any(kind == "compile" for _, kind, _ in self.failures))
 
     def by_name(self, name: str):
         return next((c for c in self.compiled if c.name == name), None)
@@ -203,6 +205,13 @@ def compile_config(cd, *, topology: str | None = None, only=cp.PHASES, prefill_b
             failures.append((prog.name, "pallas", line))
             retry.append(prog.name)
             say(f"  {prog.name}: FAILED with the Pallas kernel: {line}")
+            continue
+        except Exception as e:  # noqa: BLE001 -- XLA's errors (e.g. scoped VMEM OOM): recorded
+            if type(e).__name__ != "JaxRuntimeError":
+                raise
+            line = " ".join(str(e).split())[:300]
+            failures.append((prog.name, "compile", line))
+            say(f"  {prog.name}: FAILED to compile: {line}")
             continue
         say(f"  {prog.name}: {c.compile_s:.1f} s, peak {c.peak / 2**30:.2f} GiB/device")
         compiled.append(c)
