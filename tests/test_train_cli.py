@@ -51,3 +51,30 @@ def test_missing_config_and_unknown_override_exit_2(tmp_path, capsys):
     with pytest.raises(SystemExit) as e:
         train_cli.main([f"--config={ROOT}/configs/tiny_dapo.py", "--config.seeds.nope=1"])
     assert e.value.code == 2
+
+
+@pytest.mark.slow
+def test_broken_checkpoint_falls_back_loudly_and_none_restoring_exits_1(tmp_path, capsys):
+    """A truncated array file in the newest checkpoint: a warning naming its path, then the
+    run resumes from the one before (docs/tpu.md, "Preemption"). When no checkpoint restores,
+    exit 1 with every path."""
+    cfg = os.path.join(ROOT, "configs", "tiny_dapo.py")
+    args = [f"--config={cfg}", "--steps=2", "--config.checkpoint_every=1", *_small(tmp_path)]
+    args.remove("--config.seeds.refresh_interval=2")
+    assert train_cli.main(args) == 0
+    capsys.readouterr()
+    data = sorted((tmp_path / "ckpt" / "2" / "state" / "d").iterdir(),
+                  key=lambda p: p.stat().st_size)[-1]
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    assert train_cli.main([*args, "--steps=3"]) == 0
+    out = capsys.readouterr()
+    assert "WARNING" in out.err and f"{tmp_path / 'ckpt' / '2'}:" in out.err
+    assert "resumed from step 1" in out.out
+    assert (tmp_path / "ckpt" / "corrupt" / "2").is_dir() and (tmp_path / "ckpt" / "3").is_dir()
+    lines = [json.loads(x) for x in open(tmp_path / "metrics.jsonl")]
+    assert [x["step"] for x in lines] == [0, 1, 2]
+    # a model that matches no checkpoint: exit 1, nothing moved
+    assert train_cli.main([*args, "--steps=4", "--config.model.arch.hidden_size=16"]) == 1
+    err = capsys.readouterr().err
+    assert "no checkpoint of the run restores" in err and str(tmp_path / "ckpt" / "3") in err
+    assert sorted(p.name for p in (tmp_path / "ckpt").iterdir() if p.name.isdigit()) == ["2", "3"]
