@@ -159,10 +159,10 @@ def test_metadata_watcher_thread_via_environment(metadata_server, monkeypatch):
         guard._watcher._thread.join(timeout=10)
         assert guard.agree()[0] == preemption.PREEMPT
     monkeypatch.setenv("TSEEDS_PREEMPTION_WATCH", "sometimes")
+    before = signal.getsignal(signal.SIGTERM)
     with pytest.raises(ValueError, match="TSEEDS_PREEMPTION_WATCH"):
         preemption.PreemptionGuard(Hosts(0, 1)).__enter__()
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the failed __enter__ had installed them
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    assert signal.getsignal(signal.SIGTERM) is before
 
 
 def test_unreachable_metadata_server_is_ignored():

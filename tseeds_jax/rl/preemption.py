@@ -144,12 +144,13 @@ class PreemptionGuard:
 
     # ---- lifecycle ----
     def __enter__(self) -> PreemptionGuard:
+        watch = _watch_enabled(self._watch)  # a bad setting fails before anything changes
         # signal.signal works in the main thread only; elsewhere (a notebook's worker thread)
         # the loop still agrees on flags raised by `request` or the watcher.
         if threading.current_thread() is threading.main_thread():
             for sig in (signal.SIGTERM, signal.SIGINT):
                 self._previous[sig] = signal.signal(sig, self._on_signal)
-        if _watch_enabled(self._watch):
+        if watch:
             self._watcher = MetadataWatcher(self)
             self._watcher.start()
         return self
