@@ -117,6 +117,7 @@ def _calibration(rs: list[RunData], refresh_interval_of) -> list[str]:
             if "calib/n" in x:
                 step = int(x.get("step", i))
                 cycles.setdefault(step // t, []).append((t, x))
+    last_step = max(int(x.get("step", 0)) for _, xs in cycles.items() for _, x in xs)
     for c in sorted(cycles):
         xs = [x for _, x in cycles[c]]
         t = cycles[c][0][0]
@@ -126,6 +127,7 @@ def _calibration(rs: list[RunData], refresh_interval_of) -> list[str]:
         g_used = float(np.mean([x["seeds/gamma"] for x in xs]))
         last = [x for x in xs if int(x.get("step", -1)) % t == t - 1] or xs
         g_after = float(np.mean([x["seeds/gamma_calibrated"] for x in last]))
-        out.append(f"| {c} | {c * t}–{c * t + t - 1} | {int(cn)} | {100 * cp / max(cn, 1):.1f} | "
+        end = min(c * t + t - 1, last_step)
+        out.append(f"| {c} | {c * t}–{end} | {int(cn)} | {100 * cp / max(cn, 1):.1f} | "
                    f"{100 * cr / max(cn, 1):.1f} | {g_used:.2f} | {g_after:.2f} |")
     return out + [""]
