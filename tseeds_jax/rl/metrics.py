@@ -10,6 +10,9 @@ from typing import Any
 
 import jax
 import numpy as np
+from etils import epath
+
+from tseeds_jax.rl import run_files
 
 
 def to_python(value: Any):
@@ -38,22 +41,49 @@ class MetricsWriter:
     resumes (`truncate_after`), so that neither holds a step twice or misses one, wherever a
     kill landed (mid-line included)."""
 
-    def __init__(self, run_dir: str, *, tensorboard: bool = True):
+    def __init__(self, run_dir: str, *, tensorboard: bool = True, remote: bool | None = None):
+        """remote: write into a local mirror and `sync` to `run_dir` (default: for URL run dirs
+        such as gs://; see rl/run_files.py)."""
         self.enabled = jax.process_index() == 0
-        self.path = os.path.join(run_dir, "metrics.jsonl")
-        self.tb_dir = os.path.join(run_dir, "tb")
+        self.run_dir = run_dir
+        self.remote = run_files.is_remote(run_dir) if remote is None else remote
+        local = run_files.local_dir(run_dir, remote=self.remote)
+        self.path = os.path.join(local, "metrics.jsonl")
+        self.tb_dir = os.path.join(local, "tb")
         self._tb = None
         self._tensorboard = tensorboard
+        self._n_tb = 0
         if not self.enabled:
             return
-        os.makedirs(run_dir, exist_ok=True)
+        os.makedirs(local, exist_ok=True)
+        if self.remote and not run_files.pull(run_dir, "metrics.jsonl", remote=True):
+            if os.path.exists(self.path):  # a mirror left by an earlier run of this name
+                os.remove(self.path)
         self._open_tb()
+
+    def sync(self) -> None:
+        """Copies metrics.jsonl and the TensorBoard events to a remote run dir (after each
+        checkpoint, so the remote record is never behind the checkpoint a resume starts from)."""
+        self._push(reopen=True)
+
+    def _push(self, *, reopen: bool) -> None:
+        if not (self.enabled and self.remote):
+            return
+        run_files.push(self.run_dir, "metrics.jsonl", remote=True)
+        if self._tb is not None:
+            self._tb.close()
+            self._tb = None
+            run_files.push(self.run_dir, "tb", remote=True)
+            if reopen:
+                self._open_tb()
 
     def _open_tb(self) -> None:
         if self._tensorboard:
             from tensorboardX import SummaryWriter
 
-            self._tb = SummaryWriter(self.tb_dir)
+            # A fresh event file per sync: only close() drains tensorboardX's writer thread.
+            self._n_tb += 1
+            self._tb = SummaryWriter(self.tb_dir, filename_suffix=f".{self._n_tb}")
 
     def truncate_after(self, step: int) -> None:
         """Keeps the lines of steps < `step` (a resumed run rewrites the others) and rebuilds
@@ -97,11 +127,13 @@ class MetricsWriter:
             self._tb_scalars(record)
 
     def close(self) -> None:
+        self._push(reopen=False)
         if self._tb is not None:
             self._tb.close()
+            self._tb = None
 
 
 def read_metrics(run_dir: str) -> list[dict[str, Any]]:
-    path = os.path.join(run_dir, "metrics.jsonl")
-    with open(path) as f:
-        return [json.loads(line) for line in f if line.strip()]
+    """The records of `run_dir/metrics.jsonl`, local or remote (gs://)."""
+    text = (epath.Path(run_dir) / "metrics.jsonl").read_text()
+    return [json.loads(line) for line in text.splitlines() if line.strip()]

@@ -11,6 +11,7 @@ from flax import nnx
 
 from tseeds_jax.data.loader import ExampleLoader
 from tseeds_jax.model import ModelConfig, init_model
+from tseeds_jax.rl import run_files
 from tseeds_jax.rl.config import ConfigValueError, TrainConfig
 from tseeds_jax.rl.trainer import TrainEnv
 
@@ -119,17 +120,22 @@ def build_tokenizer(cfg: TrainConfig, source):
 
     spec = cfg.tokenizer
     if spec.startswith("train:"):
-        path = os.path.join(cfg.run_dir, "tokenizer.model")
-        if os.path.exists(path):
+        # sentencepiece reads and writes local files only: a gs:// run keeps it in its mirror.
+        local = run_files.local_dir(cfg.run_dir)
+        path = os.path.join(local, "tokenizer.model")
+        found = (run_files.pull(cfg.run_dir, "tokenizer.model") if run_files.is_remote(cfg.run_dir)
+                 else os.path.exists(path))
+        if found:
             return load_tokenizer(path)
         texts = [source[i]["prompt"] for i in range(min(len(source), 2000))]
         if hasattr(source, "solution"):
             texts += [source.solution(i) for i in range(min(len(source), 2000))]
         if hasattr(source, "alphabet"):
             texts.append(source.alphabet())
-        os.makedirs(cfg.run_dir, exist_ok=True)
-        return train_sentencepiece(texts, vocab_size=64, model_type=spec.split(":", 1)[1],
-                                   out=path)
+        os.makedirs(local, exist_ok=True)
+        tok = train_sentencepiece(texts, vocab_size=64, model_type=spec.split(":", 1)[1], out=path)
+        run_files.push(cfg.run_dir, "tokenizer.model")
+        return tok
     kind, _, path = spec.partition(":")
     if kind in ("spm", "hf"):
         return load_tokenizer(path)

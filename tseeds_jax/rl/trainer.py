@@ -315,8 +315,10 @@ class Trainer:
     def _save(self, tag: str = "") -> str | None:
         if self.env.checkpointer is None:
             return None
-        return self.env.checkpointer.save(self.step, self.state, self.cache, self.env.prompts,
-                                          tag=tag, extra=self.plugins.state())
+        where = self.env.checkpointer.save(self.step, self.state, self.cache, self.env.prompts,
+                                           tag=tag, extra=self.plugins.state())
+        self.writer.sync()  # a remote run dir's metrics are never behind its checkpoints
+        return where
 
     def restore(self) -> bool:
         """Resumes from the latest checkpoint of the run dir, if any; True if it did."""
