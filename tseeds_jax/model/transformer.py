@@ -144,7 +144,10 @@ class Transformer(nnx.Module):
         positions_BT = default_pos if positions_BT is None else jnp.asarray(positions_BT)
         rope = rope_tables(positions_BT, rope_inv_freq(cfg), table_len)
         x_BTD = self.embed.value[tokens_BT].astype(dt)
-        run = _run_layer_remat if cfg.remat else _run_layer
+        # Remat only where there is a backward pass: on the cached (sampling) paths nnx.remat's
+        # trace cannot read the layer's Params inside the sampler's while loop
+        # (TraceContextError), and nothing would be saved there anyway.
+        run = _run_layer_remat if cfg.remat and cache is None else _run_layer
         new_k, new_v = [], []
         for i, layer in enumerate(self.layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])
