@@ -391,7 +391,7 @@ class Learner:
             grads, auxs = jax.lax.scan(micro_step, zeros, (mb_UB, per_micro))
             updates, opt_state = self.tx.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
-            return (params, opt_state, k + 1), (auxs, optax.global_norm(grads))
+            return (params, opt_state, k + 1), (auxs, optax.tree.norm(grads))
 
         def one_epoch(carry, _):
             return jax.lax.scan(one_update, carry, batches)
