@@ -33,10 +33,11 @@ import time
 
 os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")  # libtpu's lock file: one process only
 
+import docsection  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
-DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks.md")
+DOC = docsection.DOC
 SECTION = "kernel_tpu_compile"
 MiB = 2**20
 
@@ -184,16 +185,7 @@ Shapes (per-device tokens of one micro-batch, one sequence per device of the bat
 
 def write_section(body: str, path: str = DOC):
     """Rewrites only this script's section of docs/benchmarks.md (others own the rest)."""
-    begin, end = f"<!-- BEGIN {SECTION} -->", f"<!-- END {SECTION} -->"
-    block = f"{begin}\n{body.rstrip()}\n{end}"
-    text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: block, text)
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    with open(path, "w") as f:
-        f.write(text)
+    docsection.write_section(SECTION, body, path)
 
 
 def main(argv=None) -> int:

@@ -17,11 +17,11 @@ from __future__ import annotations
 import argparse
 import datetime
 import os
-import re
 import statistics
 import sys
 import time
 
+import docsection
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -42,7 +42,7 @@ IMPLS = {
     "pallas": logprob_entropy_pallas,
 }
 SECTION = "logprob_entropy"
-DOC = os.path.join(os.path.dirname(__file__), "..", "docs", "benchmarks.md")
+DOC = docsection.DOC
 
 
 def fwd_bwd(fn, temperature=1.0):
@@ -137,16 +137,7 @@ def table(rows):
 
 def write_section(body: str, path: str = DOC):
     """Rewrites only this script's section of docs/benchmarks.md (others own the rest)."""
-    begin, end = f"<!-- BEGIN {SECTION} -->", f"<!-- END {SECTION} -->"
-    block = f"{begin}\n{body.rstrip()}\n{end}"
-    text = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
-    pattern = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
-    if pattern.search(text):
-        text = pattern.sub(lambda _: block, text)
-    else:
-        text = text.rstrip() + "\n\n" + block + "\n"
-    with open(path, "w") as f:
-        f.write(text)
+    docsection.write_section(SECTION, body, path)
 
 
 def section(rows, command, dtype, runs):

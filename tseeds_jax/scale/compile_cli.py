@@ -21,39 +21,22 @@ from __future__ import annotations
 import json
 import sys
 
+from tseeds_jax.scale import config_flags_cli
+
 
 def _parse(argv: list[str]):
-    from absl import flags
-    from ml_collections import config_flags
+    def define(flags, fv):
+        flags.DEFINE_string("topology", None, "libtpu topology, e.g. v5p:2x2x1 (default: from "
+                            "config.hardware.accelerator)", flag_values=fv)
+        flags.DEFINE_string("only", "learner,stats,sampler,kernel", "programs to compile",
+                            flag_values=fv)
+        flags.DEFINE_string("out", None, "folder for serialized executables + manifest.json",
+                            flag_values=fv)
+        flags.DEFINE_enum("prefill_buckets", "all", ["all", "max"], "prefill programs: every "
+                          "prompt bucket, or only the largest", flag_values=fv)
+        flags.DEFINE_bool("json", False, "print JSON", flag_values=fv)
 
-    fv = flags.FlagValues()
-    config_flags.DEFINE_config_file("config", None, "path to a configs/*.py file", flag_values=fv,
-                                    lock_config=True)
-    flags.DEFINE_string("topology", None, "libtpu topology, e.g. v5p:2x2x1 (default: from "
-                        "config.hardware.accelerator)", flag_values=fv)
-    flags.DEFINE_string("only", "learner,stats,sampler,kernel", "programs to compile",
-                        flag_values=fv)
-    flags.DEFINE_string("out", None, "folder for serialized executables + manifest.json",
-                        flag_values=fv)
-    flags.DEFINE_enum("prefill_buckets", "all", ["all", "max"], "prefill programs: every prompt "
-                      "bucket, or only the largest", flag_values=fv)
-    flags.DEFINE_bool("json", False, "print JSON", flag_values=fv)
-    if any(a in ("-h", "--help") for a in argv):
-        print(__doc__)
-        raise SystemExit(0)
-    argv = [a.replace("--prefill-buckets", "--prefill_buckets") for a in argv]
-    saved, sys.argv = sys.argv, ["tseeds compile", *argv]
-    try:
-        fv(["tseeds compile", *argv])
-    except flags.Error as e:
-        print(f"tseeds compile: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
-    finally:
-        sys.argv = saved
-    if fv.config is None:
-        print("tseeds compile: --config is required", file=sys.stderr)
-        raise SystemExit(2)
-    return fv
+    return config_flags_cli.parse("tseeds compile", __doc__, argv, define)
 
 
 def _gib(n: float) -> str:

@@ -25,47 +25,27 @@ from __future__ import annotations
 import json
 import sys
 
+from tseeds_jax.scale import config_flags_cli
+
 
 def _parse(argv: list[str]):
-    from absl import flags
-    from ml_collections import config_flags
+    def define(flags, fv):
+        flags.DEFINE_string("accelerator", None, "accelerator name, e.g. v5p-64", flag_values=fv)
+        flags.DEFINE_float("hbm_gib", None, "HBM per device (GiB)", flag_values=fv)
+        flags.DEFINE_integer("num_devices", None, "number of devices", flag_values=fv)
+        flags.DEFINE_enum("kernel_impl", None, ["pallas", "chunked"], "log-prob kernel",
+                          flag_values=fv)
+        flags.DEFINE_enum("sampler_placement", None, ["replica", "sharded"],
+                          "where the sampler and statistics pass run (default: the config's "
+                          "hardware.sampler_placement)", flag_values=fv)
+        flags.DEFINE_integer("stats_rows", 0, "sequences per statistics forward (0: as the "
+                             "trainer)", flag_values=fv)
+        flags.DEFINE_bool("json", False, "print JSON", flag_values=fv)
+        flags.DEFINE_bool("compile", False, "compile for the TPU target and compare",
+                          flag_values=fv)
+        flags.DEFINE_string("topology", None, "libtpu topology for --compile", flag_values=fv)
 
-    fv = flags.FlagValues()
-    config_flags.DEFINE_config_file("config", None, "path to a configs/*.py file", flag_values=fv,
-                                    lock_config=True)
-    flags.DEFINE_string("accelerator", None, "accelerator name, e.g. v5p-64", flag_values=fv)
-    flags.DEFINE_float("hbm_gib", None, "HBM per device (GiB)", flag_values=fv)
-    flags.DEFINE_integer("num_devices", None, "number of devices", flag_values=fv)
-    flags.DEFINE_enum("kernel_impl", None, ["pallas", "chunked"], "log-prob kernel", flag_values=fv)
-    flags.DEFINE_enum("sampler_placement", None, ["replica", "sharded"],
-                      "where the sampler and statistics pass run (default: the config's "
-                      "hardware.sampler_placement)", flag_values=fv)
-    flags.DEFINE_integer("stats_rows", 0, "sequences per statistics forward (0: as the trainer)",
-                         flag_values=fv)
-    flags.DEFINE_bool("json", False, "print JSON", flag_values=fv)
-    flags.DEFINE_bool("compile", False, "compile for the TPU target and compare", flag_values=fv)
-    flags.DEFINE_string("topology", None, "libtpu topology for --compile", flag_values=fv)
-    if any(a in ("-h", "--help") for a in argv):
-        print(__doc__)
-        raise SystemExit(0)
-    argv = [a.replace("--hbm-gib", "--hbm_gib").replace("--num-devices", "--num_devices")
-            .replace("--kernel-impl", "--kernel_impl")
-            .replace("--sampler-placement", "--sampler_placement")
-            .replace("--stats-rows", "--stats_rows") for a in argv]
-    # config_flags reads `--config.*` overrides from sys.argv: make it this argv, also when
-    # main() is called from Python.
-    saved, sys.argv = sys.argv, ["tseeds plan", *argv]
-    try:
-        fv(["tseeds plan", *argv])
-    except flags.Error as e:
-        print(f"tseeds plan: {e}", file=sys.stderr)
-        raise SystemExit(2) from None
-    finally:
-        sys.argv = saved
-    if fv.config is None:
-        print("tseeds plan: --config is required", file=sys.stderr)
-        raise SystemExit(2)
-    return fv
+    return config_flags_cli.parse("tseeds plan", __doc__, argv, define)
 
 
 def build_plan(cd, *, accelerator=None, hbm_gib=None, num_devices=None, kernel_impl=None,
