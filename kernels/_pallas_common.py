@@ -12,6 +12,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
+from ._common import entropy_from_stats
+
 
 @dataclasses.dataclass(frozen=True)
 class BlockConfig:
@@ -68,3 +70,15 @@ def tile_logits(h, w_ref, bd, inv_temp):
         acc = lax.fori_loop(0, dp // bd, body,
                             jnp.zeros((h.shape[0], w_ref.shape[1]), jnp.float32))
     return acc.astype(jnp.float32) * inv_temp
+
+
+def merge_partials(m_p, s_p, t_p, zy_p):
+    """Merges the forward's per-vocab-block partial states ([nV, ...] each, all m_p finite) into
+    (log p of the target, entropy, max logit m, log-sum-exp offset r), float32 [...]."""
+    m = jnp.max(m_p, axis=0)
+    a = jnp.exp(m_p - m)
+    s = jnp.sum(a * s_p, axis=0)
+    t = jnp.sum(a * (t_p + (m_p - m) * s_p), axis=0)
+    r = jnp.log(s)
+    logp = (jnp.sum(zy_p, axis=0) - m) - r
+    return logp, entropy_from_stats(s, t, r), m, r

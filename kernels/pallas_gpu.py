@@ -27,8 +27,8 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from ._common import cdiv, dlogits, entropy_from_stats
-from ._pallas_common import compiler_params, pad_to, tile_logits
+from ._common import cdiv, dlogits
+from ._pallas_common import compiler_params, merge_partials, pad_to, tile_logits
 
 
 def _cols(j, bn, bv):
@@ -122,14 +122,7 @@ def forward(hidden_ND, unembed_DV, targets_N, temperature, cfg, backend, interpr
         out_specs=[part_spec] * 4, out_shape=[part] * 4, interpret=interpret,
         compiler_params=compiler_params(backend, ("parallel", "parallel"), interpret),
     )(h, w, tgt)
-    # Merge the nV partial states (see _common.merge_stats); all m_p are finite.
-    m = jnp.max(m_p, axis=0)
-    a = jnp.exp(m_p - m)
-    s = jnp.sum(a * s_p, axis=0)
-    t = jnp.sum(a * (t_p + (m_p - m) * s_p), axis=0)
-    r = jnp.log(s)
-    logp = (jnp.sum(zy_p, axis=0) - m) - r
-    ent = entropy_from_stats(s, t, r)
+    logp, ent, m, r = merge_partials(m_p, s_p, t_p, zy_p)  # see _common.merge_stats
     return logp[:n, 0], ent[:n, 0], m[:n, 0], r[:n, 0]
 
 

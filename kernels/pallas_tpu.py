@@ -38,8 +38,14 @@ import jax.numpy as jnp
 from jax import lax
 from jax.experimental import pallas as pl
 
-from ._common import cdiv, dlogits, entropy_from_stats
-from ._pallas_common import compiler_params, dot_precision, pad_to, tile_logits
+from ._common import cdiv, dlogits
+from ._pallas_common import (
+    compiler_params,
+    dot_precision,
+    merge_partials,
+    pad_to,
+    tile_logits,
+)
 
 STAT_ROWS = 8  # one (8, 128) tile height of per-token backward inputs
 _M, _R, _ENT, _GLP, _GENT, _TGT = range(6)
@@ -163,14 +169,7 @@ def forward(hidden_ND, unembed_DV, targets_N, temperature, cfg, backend, interpr
                                         vmem_limit),
     )(h, w, tgt)
     m_p, s_p, t_p, zy_p = (part[:, k, :] for k in range(4))
-    # Merge the nV partial states (see _common.merge_stats); all m_p are finite.
-    m = jnp.max(m_p, axis=0)
-    a = jnp.exp(m_p - m)
-    s = jnp.sum(a * s_p, axis=0)
-    t = jnp.sum(a * (t_p + (m_p - m) * s_p), axis=0)
-    r = jnp.log(s)
-    logp = (jnp.sum(zy_p, axis=0) - m) - r
-    ent = entropy_from_stats(s, t, r)
+    logp, ent, m, r = merge_partials(m_p, s_p, t_p, zy_p)  # see _common.merge_stats
     return logp[:n], ent[:n], m[:n], r[:n]
 
 
