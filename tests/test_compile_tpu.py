@@ -156,3 +156,77 @@ def test_plan_compare_puts_plan_beside_compiled(result):
         assert row["plan"] == plan.phase_total("resident") + plan.phase_total(phase)
     assert c["compiled_peak"] == max(r["compiled"] for r in c["phases"].values())
     assert "compiled for v5p:2x2x1" in plan_cli.render_compared(c)
+
+
+# ------------------------------------------------------------------ tseeds compile --check DIR
+
+
+@pytest.fixture(scope="module")
+def compiled_dir(tmp_path_factory):
+    """A folder written by `tseeds compile --only stats --out DIR` for the test config."""
+    from tseeds_jax.scale import compile_cli
+
+    out = tmp_path_factory.mktemp("compiled") / "out"
+    argv = ["--config", CONFIG, *OVERRIDES, "--topology", "v5p:2x2x1", "--only", "stats"]
+    assert compile_cli.main([*argv, "--out", str(out)]) == 0
+    return out
+
+
+def _check(where, *extra):
+    from tseeds_jax.scale import compile_cli
+
+    return compile_cli.main(["--config", CONFIG, *OVERRIDES, "--check", str(where), *extra])
+
+
+def test_check_accepts_what_was_compiled(compiled_dir, capsys):
+    # the default --only (every group): only the manifest's programs are lowered and compared;
+    # the topology comes from the manifest (the tiny config names no accelerator)
+    assert _check(compiled_dir) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert len(out) == 1 and out[0].startswith(f"{compiled_dir} matches: 1 programs, config "
+                                               "sha256 "), out
+    assert out[0].endswith("topology v5p:2x2x1"), out
+    assert _check(compiled_dir / "manifest.json", "--topology", "v5p:2x2x1") == 0  # the file
+
+
+def test_check_names_a_changed_override(compiled_dir, capsys):
+    assert _check(compiled_dir, "--config.optim.micro_batch_size=4") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "config.optim.micro_batch_size=4: compiled with 8" in err[0], err
+
+
+def test_check_names_a_changed_topology(compiled_dir, capsys):
+    assert _check(compiled_dir, "--topology", "v5p:2x2x2") == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'v5p:2x2x2'" in err[0] and "'v5p:2x2x1'" in err[0], err
+
+
+def test_check_names_a_program_whose_hlo_changed(compiled_dir, tmp_path, capsys):
+    import json
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(compiled_dir, copy)
+    manifest = json.loads((copy / "manifest.json").read_text())
+    manifest["programs"]["stats_forward"]["hlo_sha256"] = "0" * 64
+    (copy / "manifest.json").write_text(json.dumps(manifest))
+    assert _check(copy) == 1
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "'stats_forward': its HLO changed" in err[0], err
+
+
+@pytest.mark.parametrize("where, extra, says", [
+    ("empty", (), "no manifest.json there"),
+    ("missing", (), "no such folder"),
+    ("empty", ("--out", "elsewhere"), "--check and --out"),
+    ("other", (), "not a `tseeds compile --out` manifest (no config, config_sha256"),
+])
+def test_check_bad_input_is_one_line(where, extra, says, tmp_path, capsys):
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "manifest.json").write_text("{}\n")
+    extra = tuple(str(tmp_path / x) if x == "elsewhere" else x for x in extra)
+    assert _check(tmp_path / where, *extra) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and says in err[0], err
+    assert not (tmp_path / "elsewhere").exists()

@@ -61,7 +61,13 @@ def files(tmp_path: Path) -> dict[str, str]:
     wheel.write_bytes(b"not really a wheel")
     env = tmp_path / "pod.env"
     env.write_text(f"NAME={NAME}\nZONE=europe-west4-a\nACCELERATOR=v5litepod-16\nSPOT=true\n")
-    return {"config": str(config), "wheel": str(wheel), "wheel_name": wheel.name, "env": str(env)}
+    compiled = tmp_path / "compiled"  # as written by `tseeds compile --out DIR`
+    compiled.mkdir()
+    (compiled / "manifest.json").write_text("{}\n")
+    compiled_env = tmp_path / "compiled.env"
+    compiled_env.write_text(f"COMPILED_DIR={compiled}\n")
+    return {"config": str(config), "wheel": str(wheel), "wheel_name": wheel.name, "env": str(env),
+            "compiled": str(compiled), "compiled_env": str(compiled_env)}
 
 
 def fill(words, files: dict[str, str]) -> list[str]:
@@ -184,6 +190,10 @@ SETUP_CMDS = (  # copy worker.sh and the wheel, install (verify follows)
     ssh_on_all((*WORKER, "install"), opts={"--wheel": "{wheel_name}", "--jax-spec": "jax[tpu]*"}),
 )
 GS_WHEEL = "gs://tseeds-bucket/wheels/tseeds_jax-0.1.0-py3-none-any.whl"
+# What every worker runs before the trainer when launch.sh has a --compiled-dir (JAX on the CPU:
+# the check lowers only and must not take the chips).
+CHECK = ("env", "JAX_PLATFORMS=cpu", "tseeds-venv/bin/tseeds", "compile", "--check",
+         "tseeds_compiled_exp_42.json", "--config", "tseeds_config_exp_42.py")
 
 DRY_CASES = [
     # ---------------------------------------------------------------------------------- create
@@ -245,6 +255,30 @@ DRY_CASES = [
                      (Cmd(), Cmd(),
                       Cmd(opts={"--log-dir": f"{RUN_DIR}/logs"}, remote_has=("--restart",),
                           remote_lacks=("--",)))), id="launch-default-log-dir"),
+    # launch with a --compiled-dir / COMPILED_DIR: the manifest goes to every worker, which checks
+    # it with the train command's config and overrides before the trainer starts
+    pytest.param(Dry("launch.sh", (*LAUNCH, "--env", "{compiled_env}", "--",
+                                   "--config.seeds.ratio=0.5", "--config.note=two words"),
+                     (Cmd(prefix=(*TPU_VM, "scp")), Cmd(prefix=(*TPU_VM, "scp")),
+                      Cmd(prefix=(*TPU_VM, "scp"), at={5: "{compiled}/manifest.json",
+                                                       6: f"{NAME}:tseeds_compiled_exp_42.json"}),
+                      ssh_on_all((), remote_is=CHECK + ("--config.seeds.ratio=0.5",
+                                                        "--config.note=two words")),
+                      ssh_on_all((*WORKER, "start"),
+                                 after_dashdash=("--config.seeds.ratio=0.5",
+                                                 "--config.note=two words"))),
+                     every=Cmd(has=("--worker=all",))), id="launch-compiled-dir-env-checks-first"),
+    pytest.param(Dry("launch.sh", (*LAUNCH, "--compiled-dir", "{compiled}", "--venv", "/opt/v",
+                                   "--restart"),
+                     (Cmd(), Cmd(), Cmd(at={5: "{compiled}/manifest.json"}),
+                      ssh_on_all((), remote_is=tuple(w.replace("tseeds-venv", "/opt/v")
+                                                     for w in CHECK)),
+                      ssh_on_all((*WORKER, "start"), remote_has=("--restart",)))),
+                 id="launch-compiled-dir-flag"),
+    pytest.param(Dry("launch.sh", (*LAUNCH, "--", "--config.seeds.ratio=0.5"),
+                     (Cmd(), Cmd(), ssh_on_all((*WORKER, "start"))),
+                     never=(Cmd(remote_has=("--check",)), Cmd(at={6: "*.json"}))),
+                 id="launch-without-compiled-dir-no-check"),
     # --------------------------------------------------------------------------------- babysit
     *(pytest.param(Dry("babysit.sh", (*BABYSIT, "--simulate-state", state, *OVERRIDE),
                        (Cmd(prefix=(*QUEUED, "describe", NAME)),
@@ -357,6 +391,7 @@ BAD_CASES = [  # (script, args, the flag the error names, dry-run modes)
     ("launch.sh", _swap(LAUNCH, RUN_ROOT, "tseeds-bucket/runs"), "--run-root", BOTH),
     ("launch.sh", LAUNCH[:-2], "--config", BOTH),
     ("launch.sh", (*LAUNCH, "--", "seeds.ratio=0.5"), "--config.KEY=VALUE", BOTH),
+    ("launch.sh", (*LAUNCH, "--compiled-dir", "/nonexistent/compiled"), "--compiled-dir", BOTH),
     ("teardown.sh", (*NAME_ZONE, "--mode", "vm", "--force"), "--force", BOTH),
     ("teardown.sh", (*NAME_ZONE, "--delete-data", "/data"), "--delete-data", BOTH),
     ("babysit.sh", (*LAUNCH, *BABY, "--simulate-state", "EXPLODED"), "--simulate-state", BOTH),
@@ -484,6 +519,41 @@ def test_simulate_exit_codes_needs_dry_run_and_numbers(files, poisoned_path):
         proc = run("babysit.sh", *dry, *fill(BABYSIT, files), *args, *OVERRIDE,
                    path=poisoned_path)
         assert proc.returncode == 2 and "--simulate-exit-codes" in proc.stderr, proc.stderr
+
+
+# ------------------------------------------------- launch.sh --compiled-dir against a fake gcloud
+
+FAKE_CHECK_GCLOUD = r"""#!/usr/bin/env bash
+# Fake gcloud for launch.sh: logs each call; an ssh whose command is `tseeds compile --check`
+# exits $FAKE_CHECK_RC (what gcloud does when the command fails on a worker).
+{ printf '%q ' "$@"; printf '\n'; } >>"$FAKE_DIR/calls"
+if [[ "$1 $2 $3 $4" == "compute tpus tpu-vm ssh" && "$*" == *" compile --check "* ]]; then
+  exit "${FAKE_CHECK_RC:-0}"
+fi
+exit 0
+"""
+
+
+@pytest.mark.parametrize("check_rc, rc", [(0, 0), (1, 1)])
+def test_launch_stops_when_the_compiled_check_fails(check_rc, rc, files, tmp_path):
+    fake = tmp_path / "fake"
+    (fake / "bin").mkdir(parents=True)
+    gcloud = fake / "bin" / "gcloud"
+    gcloud.write_text(FAKE_CHECK_GCLOUD)
+    gcloud.chmod(0o755)
+    proc = run("launch.sh", *fill(LAUNCH, files), "--compiled-dir", files["compiled"], *OVERRIDE,
+               path=f"{fake / 'bin'}{os.pathsep}{os.environ['PATH']}",
+               extra_env={"FAKE_DIR": str(fake), "FAKE_CHECK_RC": str(check_rc)})
+    assert proc.returncode == rc, proc.stderr
+    calls = [shlex.split(line) for line in (fake / "calls").read_text().splitlines()]
+    remote = [remote_words(c) for c in calls if any(w.startswith("--command=") for w in c)]
+    assert remote[0][:len(CHECK)] == list(CHECK), remote
+    started = [r for r in remote if r[:3] == [*WORKER, "start"]]
+    if check_rc:
+        assert not started, remote
+        assert "not started" in proc.stderr and "compile --check" in proc.stderr, proc.stderr
+    else:
+        assert len(started) == 1 and len(remote) == 2, remote
 
 
 # ------------------------------------------------------------------------------ shellcheck

@@ -33,7 +33,7 @@ It takes the options of create.sh, setup.sh and launch.sh (see their --help) and
   --name --zone --project --mode --accelerator --runtime-version --spot|--reserved|--best-effort
   --valid-until-duration --valid-after-duration --network --subnetwork --service-account
   --wheel | --git-url --git-ref, --jax-spec --venv --python --expected-devices --internal-ip
-  --run-id --run-root --log-dir --config --run-dir-key --upload-every, -- overrides
+  --run-id --run-root --log-dir --config --run-dir-key --upload-every --compiled-dir, -- overrides
 
 babysit options:
   --poll-interval SEC       seconds between polls (default 300)

@@ -18,6 +18,13 @@ command; on TPU, jax.distributed.initialize() finds the other workers by itself)
      with stdout+stderr in a per-worker log that is copied to LOG_DIR/ATTEMPT/worker-N.log
      (ATTEMPT: this launch's UTC time) every --upload-every seconds and at exit, followed by
      LOG_DIR/worker-N.exitcode.
+With --compiled-dir DIR (a folder written by tseeds compile --out DIR), DIR/manifest.json is
+copied to every worker first, and each worker runs
+  env JAX_PLATFORMS=cpu ~/tseeds-venv/bin/tseeds compile --check MANIFEST --config FILE [overrides]
+(lowering only, on the CPU: the chips are not touched); if it fails on any worker (a config field,
+the topology, jax / jaxlib / libtpu or a program's HLO differs from what was compiled), nothing is
+started and the launch exits 1. The run dir is not passed to the check (it changes no program):
+compile with the config file's own run_dir field.
 Running it again with the same --run-id (and --restart if the old run still lives) resumes from
 the latest Orbax checkpoint under RUN_ROOT/ID.
 
@@ -36,13 +43,16 @@ options:
   --venv DIR                venv on the workers, as made by setup.sh (default ~/tseeds-venv)
   --upload-every SEC        log upload period (default 60)
   --restart                 stop this run id's running trainer on each worker first
+  --compiled-dir DIR        check on every worker that this config and the installed code match
+                            DIR/manifest.json (from tseeds compile --out DIR) before starting
   --internal-ip             ssh/scp via internal IPs
-  --env FILE                defaults: NAME=, ZONE=, PROJECT=, RUN_ID=, RUN_ROOT=, CONFIG=, ...
+  --env FILE                defaults: NAME=, ZONE=, PROJECT=, RUN_ID=, RUN_ROOT=, CONFIG=,
+                            COMPILED_DIR=, ...
   --dry-run                 print the gcloud commands, one per line, and run nothing
   -h, --help                this help
   -- --config.a.b=V ...     config overrides, passed unchanged to every worker
 
-exit codes: 0 ok, 1 a gcloud command failed, 2 usage error
+exit codes: 0 ok, 1 a gcloud command (or the --compiled-dir check) failed, 2 usage error
 USAGE
 }
 
@@ -67,6 +77,9 @@ if [[ ! -f $config && $config == *:* ]]; then
   config_arg=:${config#*:}
 fi
 [[ -f $config_file ]] || tpu_usage_error "--config: no such file '$config_file'"
+compiled_dir=${OPT[compiled-dir]:-}
+[[ -z $compiled_dir || -f $compiled_dir/manifest.json ]] ||
+  tpu_usage_error "--compiled-dir: no manifest.json in '$compiled_dir' (tseeds compile --out DIR)"
 run_dir_key=${OPT[run-dir-key]:-run_dir}
 for override in "${PASSTHRU[@]}"; do
   [[ $override =~ ^--config\.[A-Za-z_][A-Za-z0-9_.]*=.* ]] ||
@@ -83,6 +96,7 @@ run_dir=${OPT[run-root]}/$run_id
 log_dir=${OPT[log-dir]:-$run_dir/logs}
 # A module-safe file name: config loaders may import it by its stem.
 remote_config=tseeds_config_${run_id//[-.]/_}.py
+remote_manifest=tseeds_compiled_${run_id//[-.]/_}.json
 
 # All workers log into one folder per launch, so a relaunch never overwrites an earlier log.
 attempt=$(date -u +%Y%m%dT%H%M%SZ)
@@ -98,6 +112,18 @@ tpu_run gcloud compute tpus tpu-vm scp "$TPU_LIB_DIR/worker.sh" "$name:tseeds-wo
   "${TPU_WORKER_FLAGS[@]}"
 tpu_run gcloud compute tpus tpu-vm scp "$config_file" "$name:$remote_config" \
   "${TPU_WORKER_FLAGS[@]}"
+if [[ -n $compiled_dir ]]; then
+  # The train command's config and overrides, lowered by the workers' installed code; JAX on the
+  # CPU, so that the check never takes the chips (a --restart's old trainer still holds them).
+  check_cmd=(env JAX_PLATFORMS=cpu "${OPT[venv]:-tseeds-venv}/bin/tseeds" compile
+    --check "$remote_manifest" --config "$remote_config$config_arg" "${PASSTHRU[@]}")
+  tpu_run gcloud compute tpus tpu-vm scp "$compiled_dir/manifest.json" "$name:$remote_manifest" \
+    "${TPU_WORKER_FLAGS[@]}"
+  tpu_run gcloud compute tpus tpu-vm ssh "$name" "${TPU_WORKER_FLAGS[@]}" \
+    "--command=$(tpu_quote "${check_cmd[@]}")" ||
+    tpu_die "run $run_id not started: tseeds compile --check failed on a worker (its line above \
+names the difference from $compiled_dir, or why the check could not run)"
+fi
 tpu_run gcloud compute tpus tpu-vm ssh "$name" "${TPU_WORKER_FLAGS[@]}" \
   "--command=$(tpu_quote bash tseeds-worker.sh start "${start_args[@]}")"
 ((TPU_DRY_RUN)) || tpu_log "run $run_id: run dir $run_dir, logs $log_dir/$attempt/worker-N.log" \

@@ -19,7 +19,7 @@ declare -gA TPU_OPT_KIND=(
   [wheel]=value [git-url]=value [git-ref]=value [jax-spec]=value [venv]=value [python]=value
   [expected-devices]=value
   [run-id]=value [run-root]=value [log-dir]=value [config]=value [run-dir-key]=value
-  [upload-every]=value [restart]=flag
+  [upload-every]=value [restart]=flag [compiled-dir]=value
   [force]=flag [delete-data]=value
   [poll-interval]=value [max-retries]=value [provision-timeout]=value [once]=flag
   [simulate-state]=value [simulate-exit-codes]=value
@@ -37,7 +37,7 @@ declare -gA TPU_OPT_KIND=(
   declare -ga TPU_SETUP_OPTS=(name zone project internal-ip accelerator expected-devices
     wheel git-url git-ref jax-spec venv python)
   declare -ga TPU_LAUNCH_OPTS=(name zone project internal-ip run-id run-root log-dir config
-    run-dir-key venv upload-every restart)
+    run-dir-key venv upload-every restart compiled-dir)
   declare -ga TPU_TEARDOWN_OPTS=(name zone project mode force delete-data)
   declare -ga TPU_BABYSIT_OPTS=(poll-interval max-retries provision-timeout once simulate-state
     simulate-exit-codes)

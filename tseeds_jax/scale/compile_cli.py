@@ -1,5 +1,5 @@
 """`tseeds compile --config FILE[:VARIANT] [--topology NAME] [--only learner,stats,sampler,kernel]
-[--out DIR] [--json] [--prefill-buckets all|max] [--config.a.b=value ...]`
+[--out DIR | --check DIR] [--json] [--prefill-buckets all|max] [--config.a.b=value ...]`
 
 Compiles every jitted program of a training step with XLA's TPU compiler for the config's target
 (`hardware.accelerator`, e.g. v5p-64 -> topology v5p:2x4x4, 32 devices on 8 hosts; or
@@ -11,9 +11,15 @@ accessed, compile time; then per-phase peaks, roofline step times, the decode to
 the estimated seeded / on-policy step-time ratio (docs/scale.md).
 
 --out DIR writes the serialized executables and manifest.json (fingerprints of the config and of
-every program's HLO); `tseeds_jax.scale.compile_manifest.check_manifest(DIR, config)` tells a launch
-whether it runs what was compiled. Nothing is written when an input is bad or a program does not
-fit; the exit code is then non-zero (2: bad input, 1: does not fit).
+every program's HLO). Nothing is written when an input is bad or a program does not fit; the exit
+code is then non-zero (2: bad input, 1: does not fit).
+
+--check DIR tells a launch whether it runs what was compiled into DIR: with the flags the compile
+had, it lowers (no compile: fast) the programs of DIR/manifest.json for this config and code, and
+compares the config, the topology (default: from the config, else DIR's), jax / jaxlib / libtpu
+versions and every program's HLO. Exit 0 and one line "DIR matches: ..."; 1 and one line naming the
+first difference (a config field with both values, the topology, a version, a program); 2 on bad
+input. DIR may also be the manifest file itself. Nothing is written.
 """
 
 from __future__ import annotations
@@ -31,6 +37,9 @@ def _parse(argv: list[str]):
         flags.DEFINE_string("only", "learner,stats,sampler,kernel", "programs to compile",
                             flag_values=fv)
         flags.DEFINE_string("out", None, "folder for serialized executables + manifest.json",
+                            flag_values=fv)
+        flags.DEFINE_string("check", None, "folder written by --out: does this config and code "
+                            "lower to what it holds? (nothing is compiled or written)",
                             flag_values=fv)
         flags.DEFINE_enum("prefill_buckets", "all", ["all", "max"], "prefill programs: every "
                           "prompt bucket, or only the largest", flag_values=fv)
@@ -103,6 +112,8 @@ def main(argv: list[str]) -> int:
         print(f"tseeds compile: --only={fv.only!r}: unknown program group {bad}; known: "
               f"{','.join(PHASES)}", file=sys.stderr)
         return 2
+    if fv.check is not None:
+        return _check(fv, only)
     if fv.out:
         try:
             compile_manifest.check_out_dir(fv.out)
@@ -140,6 +151,39 @@ def main(argv: list[str]) -> int:
     if fv.out:
         compile_manifest.write(fv.out, fv.config, res)
         progress(f"wrote {fv.out}/manifest.json and {len(res.compiled)} executables")
+    return 0
+
+
+def _check(fv, only) -> int:
+    """`--check DIR`: lowers, never compiles; one line on stdout (match) or stderr (else)."""
+    import os
+
+    from tseeds_jax.rl.config import ConfigValueError
+    from tseeds_jax.scale import compile_manifest as cm
+
+    where = fv.check
+    if fv.out:
+        problem = "--check and --out exclude each other (check a folder, or write one)"
+    elif not os.path.exists(where):
+        problem = f"--check={where!r}: no such folder"
+    elif not os.path.exists(cm.manifest_path(where)):
+        problem = f"--check={where!r}: no {cm.MANIFEST} there (write it with --out {where})"
+    else:
+        problem = None
+    if problem:
+        print(f"tseeds compile: {problem}", file=sys.stderr)
+        return 2
+    try:
+        manifest, n = cm.check_lowered(where, fv.config, topology=fv.topology, only=only,
+                                       prefill_buckets=fv.prefill_buckets)
+    except cm.ManifestMismatch as e:
+        print(f"tseeds compile: {where} does not match: {e}", file=sys.stderr)
+        return 1
+    except (ConfigValueError, ValueError) as e:
+        print(f"tseeds compile: {str(e).splitlines()[0]}", file=sys.stderr)
+        return 2
+    print(f"{where} matches: {n} programs, config sha256 {manifest['config_sha256'][:12]}, "
+          f"topology {manifest['topology']}")
     return 0
 
 

@@ -7,7 +7,9 @@ executable (DIR/NAME.xla, `jax.experimental.serialize_executable`).
 
 `check_manifest(DIR, config)` raises `ManifestMismatch` naming the first difference: a config
 field, the topology, a library version, or (given `hlo_sha256` of programs lowered by the launch)
-a program whose code changed since the compile.
+a program whose code changed since the compile. `check_lowered(DIR, config)` (`tseeds compile
+--check DIR`) lowers the manifest's programs for the config now, without compiling them, and
+checks all of that.
 """
 
 from __future__ import annotations
@@ -105,14 +107,33 @@ def write(out: str, cd, res) -> dict[str, Any]:
     return manifest
 
 
+def manifest_path(out: str) -> str:
+    """DIR/manifest.json, or `out` itself when it is a file (a launch copies the manifest only)."""
+    return out if os.path.isfile(out) else os.path.join(out, MANIFEST)
+
+
+def read_manifest(out: str) -> tuple[str, dict[str, Any]]:
+    """(path, manifest) of `out`; ManifestMismatch when there is none, ValueError naming the
+    file when it is not one `write` made."""
+    path = manifest_path(out)
+    if not os.path.exists(path):
+        raise ManifestMismatch(f"{path}: no manifest (run `tseeds compile --out {out}`)")
+    try:
+        with open(path) as f:
+            manifest = json.load(f)
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path}: not JSON ({e})") from None
+    keys = ("config", "config_sha256", "topology", "versions", "programs")
+    lacking = [k for k in keys if k not in manifest] if isinstance(manifest, dict) else keys
+    if lacking:
+        raise ValueError(f"{path}: not a `tseeds compile --out` manifest (no {', '.join(lacking)})")
+    return path, manifest
+
+
 def check_manifest(out: str, cd, *, topology: str | None = None,
                    hlo_sha256: dict[str, str] | None = None) -> dict[str, Any]:
     """The manifest of `out` if the launch matches it; else ManifestMismatch naming the field."""
-    path = os.path.join(out, MANIFEST)
-    if not os.path.exists(path):
-        raise ManifestMismatch(f"{path}: no manifest (run `tseeds compile --out {out}`)")
-    with open(path) as f:
-        manifest = json.load(f)
+    path, manifest = read_manifest(out)
     flat = flat_config(cd)
     if config_sha256(flat) != manifest["config_sha256"]:
         old = manifest["config"]
@@ -149,3 +170,45 @@ def lowered_fingerprints(cd, *, topology: str | None = None, only=None) -> dict[
         with cp.tpu_kernels(t.family):
             out[prog.name] = hashlib.sha256(prog.lower().as_text().encode()).hexdigest()
     return out
+
+
+def _impl(entry: dict[str, Any]) -> str:
+    """The kernel a manifest program was compiled with (compile_run retries with "chunked")."""
+    return "chunked" if "kernel_impl=chunked" in entry.get("note", "") else "pallas"
+
+
+def check_lowered(out: str, cd, *, topology: str | None = None, only=None,
+                  prefill_buckets: str = "all") -> tuple[dict[str, Any], int]:
+    """(manifest, programs checked) when `cd` matches the manifest of `out` and every manifest
+    program of the `only` groups lowers (no compile) to the HLO that was compiled; else
+    ManifestMismatch naming the first difference. Config, topology and versions are checked
+    before lowering, so that a changed field is named rather than the HLO it changes. The
+    topology defaults to the config's `hardware.accelerator`, else to the manifest's. Programs
+    the compile did not make (another --only or --prefill-buckets) are not checked; a manifest
+    program of the `only` groups that is not built now is a mismatch."""
+    from tseeds_jax.rl.config import TrainConfig
+    from tseeds_jax.scale import compile_programs as cp
+    from tseeds_jax.scale import compile_run
+
+    only = tuple(only or cp.PHASES)
+    manifest = check_manifest(out, cd, topology=topology)
+    if topology is None and not TrainConfig.from_config(cd).hardware.accelerator:
+        topology = manifest["topology"]
+    t = compile_run.make_target(cd, topology=topology)
+    check_manifest(out, cd, topology=t.topology)
+    wanted = {name: e for name, e in manifest["programs"].items() if e.get("phase") in only}
+    hlo = {}
+    for impl in sorted({_impl(e) for e in wanted.values()}, reverse=True):  # pallas first
+        for prog in compile_run.programs_for(t, only, prefill_buckets=prefill_buckets,
+                                             kernel_impl=impl):
+            if prog.name in wanted and _impl(wanted[prog.name]) == impl:
+                with cp.tpu_kernels(t.family):
+                    text = prog.lower().as_text()
+                hlo[prog.name] = hashlib.sha256(text.encode()).hexdigest()
+    missing = sorted(set(wanted) - set(hlo))
+    if missing:
+        raise ManifestMismatch(f"program {missing[0]!r}: compiled, but not built now for "
+                               f"--only={','.join(only)} --prefill-buckets={prefill_buckets} "
+                               f"({manifest_path(out)})")
+    check_manifest(out, cd, topology=t.topology, hlo_sha256=hlo)
+    return manifest, len(hlo)
