@@ -15,11 +15,19 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from tseeds_jax.model.activations import constrain
 from tseeds_jax.model.config import ModelConfig
 
 # Finite, so that a query row whose keys are all masked (a left-pad position) gives a uniform
 # softmax instead of NaN; such rows are ignored by every caller.
 _MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+
+
+# Logical layouts of attention activations and of the KV cache (`KVCache.k_axes` / `v_axes`).
+_Q_AXES = ("batch", "length", "activation_heads", "head_dim")
+_KV_AXES = ("batch", "length", "activation_kv_heads", "head_dim")
+CACHE_K_AXES = ("cache_batch", "cache_kv_heads", "cache_head_dim", "cache_length")
+CACHE_V_AXES = ("cache_batch", "cache_kv_heads", "cache_length", "cache_head_dim")
 
 
 def _param(rngs: nnx.Rngs, init, shape, dtype, axes) -> nnx.Param:
@@ -128,9 +136,9 @@ class Attention(nnx.Module):
         whole cache (S = cache length); `mask_BTS` says which entries each query may see.
         """
         cfg, dt = self.cfg, x_BTD.dtype
-        q = _project(x_BTD, self.q.value.astype(dt))
-        k = _project(x_BTD, self.k.value.astype(dt))
-        v = _project(x_BTD, self.v.value.astype(dt))
+        q = constrain(_project(x_BTD, self.q.value.astype(dt)), *_Q_AXES)
+        k = constrain(_project(x_BTD, self.k.value.astype(dt)), *_KV_AXES)
+        v = constrain(_project(x_BTD, self.v.value.astype(dt)), *_KV_AXES)
         if cfg.use_qkv_bias:
             q = q + self.q_bias.value.astype(dt)
             k = k + self.k_bias.value.astype(dt)
@@ -154,6 +162,7 @@ class Attention(nnx.Module):
         return self._out(out), None
 
     def _out(self, out_BTHE):
+        out_BTHE = constrain(out_BTHE, *_Q_AXES)
         dt = out_BTHE.dtype
         b, t, h, e = out_BTHE.shape
         o_FD = self.o.value.astype(dt).reshape(h * e, -1)
@@ -170,7 +179,7 @@ class Attention(nnx.Module):
         put_v = jax.vmap(lambda c, x, i: jax.lax.dynamic_update_slice_in_dim(c, x, i, axis=1))
         k_BKES = put_k(ck_BKES, jnp.transpose(k_BTKE, (0, 2, 3, 1)).astype(ck_BKES.dtype), write_B)
         v_BKSE = put_v(cv_BKSE, jnp.transpose(v_BTKE, (0, 2, 1, 3)).astype(cv_BKSE.dtype), write_B)
-        return k_BKES, v_BKSE
+        return constrain(k_BKES, *CACHE_K_AXES), constrain(v_BKSE, *CACHE_V_AXES)
 
     def _prefill(self, q_BTHE, k_BTKE, v_BTKE, mask_BTS, cache_kv, write_B):
         """T new tokens per row attending over the whole cache (prompt prefill)."""
@@ -227,11 +236,13 @@ class MLP(nnx.Module):
             # Stacked on a new axis, not concatenated along F, so a tensor-sharded F stays local
             # to each shard.
             w_D2F = jnp.stack([self.gate.value, self.up.value], axis=1).astype(dt)
-            gu_BT2F = jnp.einsum("btd,dcf->btcf", x_BTD, w_D2F)
+            gu_BT2F = constrain(jnp.einsum("btd,dcf->btcf", x_BTD, w_D2F),
+                                "batch", "length", None, "activation_mlp")
             g, u = gu_BT2F[..., 0, :], gu_BT2F[..., 1, :]
         else:
             x2 = x_BTD.reshape(b * t, d)
-            g, u = x2 @ self.gate.value.astype(dt), x2 @ self.up.value.astype(dt)
+            g = constrain(x2 @ self.gate.value.astype(dt), "batch", "activation_mlp")
+            u = constrain(x2 @ self.up.value.astype(dt), "batch", "activation_mlp")
         if self.bias:
             g, u = g + self.gate_bias.value.astype(dt), u + self.up_bias.value.astype(dt)
         y = (jax.nn.silu(g) * u) @ self.down.value.astype(dt)
