@@ -1,5 +1,6 @@
 """`tseeds compile`: a tiny Thinking Seeds config compiled by XLA's TPU compiler for compile-only
-v5p:2x2x1 devices (libtpu, no TPU), on a data/fsdp/tensor mesh over its 4 devices.
+v5p devices (libtpu, no TPU): the programs on a data/fsdp/tensor mesh (2 x 2 x 2) over the 8
+devices of v5p:2x2x2, the command-line checks on v5p:2x2x1.
 
 Checks: the learner update, a statistics pass and the sampler decode compile and fit; the update's
 FLOPs (XLA's count, scaled by the micro-batch loop's trips, plus the Pallas kernel's FLOPs counted
@@ -8,6 +9,7 @@ gives one line naming the field and value, a non-zero exit and nothing in --out;
 --out accepts the same config and names a changed field.
 """
 
+import json
 import os
 
 import pytest
@@ -21,16 +23,19 @@ assert REASON is None, f"libtpu unavailable: {REASON}"
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CONFIG = os.path.join(ROOT, "configs", "tiny_thinking_seeds.py")
 VOCAB = 512
-# data x fsdp x tensor over the 4 devices. tensor=1: with tensor=2 the update's per-device FLOPs
-# x 4 exceed the model's by 24% (work repeated on both tensor shards; docs/scale.md).
-MESH = (2, 2, 1)
+# The CLI tests: data x fsdp over the 4 devices of v5p:2x2x1 (fast). The compiled-programs
+# fixture: data x fsdp x tensor = 2 x 2 x 2 over the 8 devices of v5p:2x2x2 (before the model
+# pinned its activations' layout, tensor=2 repeated 24% of the update's FLOPs; docs/scale.md).
+MESH = (2, 2, 2)
+FIXTURE_TOPOLOGY = "v5p:2x2x2"
+CLI_MESH = (2, 2, 1)
 # 16 sequences in micro-batches of 8 (two trips of the update's accumulation loop).
 OVERRIDES = [f"--config.model.arch.vocab_size={VOCAB}", "--config.mesh.data=2",
              "--config.mesh.fsdp=2", "--config.mesh.tensor=1",
              "--config.optim.micro_batch_size=8", "--config.hardware.sampler_placement=sharded"]
 
 
-def _load():
+def _load(mesh=CLI_MESH):
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("tiny_ts", CONFIG)
@@ -38,7 +43,7 @@ def _load():
     spec.loader.exec_module(mod)
     cd = mod.get_config()
     cd.model.arch.vocab_size = VOCAB
-    cd.mesh.data, cd.mesh.fsdp, cd.mesh.tensor = MESH
+    cd.mesh.data, cd.mesh.fsdp, cd.mesh.tensor = mesh
     cd.optim.micro_batch_size = 8
     cd.hardware.sampler_placement = "sharded"
     return cd
@@ -48,7 +53,7 @@ def _load():
 def result():
     from tseeds_jax.scale import compile_run
 
-    return compile_run.compile_config(_load(), topology="v5p:2x2x1",
+    return compile_run.compile_config(_load(MESH), topology=FIXTURE_TOPOLOGY,
                                       only=("learner", "stats", "sampler"),
                                       prefill_buckets="max")
 
@@ -56,7 +61,7 @@ def result():
 def test_programs_compile_and_fit(result):
     names = {c.name for c in result.compiled}
     assert {"learner_update", "stats_forward", "sampler_decode"} <= names
-    assert result.target.mesh.size == 4 and tuple(result.target.mesh.shape.values()) == MESH
+    assert result.target.mesh.size == 8 and tuple(result.target.mesh.shape.values()) == MESH
     for c in result.compiled:
         assert 0 < c.peak <= result.usable, c.to_dict()
         assert c.memory["argument"] > 0 and c.flops > 0
@@ -83,7 +88,7 @@ def analytic_update_flops(cd) -> float:
 def test_update_flops_match_analytic_count(result):
     upd = result.by_name("learner_update")
     total = upd.flops * result.target.mesh.size  # per-device program x devices
-    expected = analytic_update_flops(_load())
+    expected = analytic_update_flops(_load(MESH))
     assert abs(total / expected - 1) <= 0.10, (total, expected, upd.to_dict())
 
 
@@ -118,6 +123,28 @@ def test_mesh_that_does_not_divide_is_one_line(tmp_path, capsys):
     assert not out.exists()
 
 
+def test_scheduler_memory_percent_out_of_range_is_one_line(tmp_path, capsys):
+    out = tmp_path / "out"
+    code = _cli(tmp_path, "--scheduler-memory-percent", "150", "--only", "stats", "--out",
+                str(out))
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "--scheduler-memory-percent=150" in err[0], err
+    assert not out.exists()
+
+
+def test_scheduler_memory_percent_reaches_the_compiler(capsys):
+    """The option is passed to libtpu (an unknown option name would fail the compile) and
+    recorded in the summary."""
+    from tseeds_jax.scale import compile_programs as cp
+
+    assert cp.compiler_options(0) == {}
+    with pytest.raises(ValueError, match="expected 1..100"):
+        cp.compiler_options(101)
+    code = _cli(None, "--scheduler-memory-percent", "40", "--only", "stats", "--json")
+    summary = json.loads(capsys.readouterr().out)["summary"]
+    assert code == 0 and summary["scheduler_memory_percent"] == 40, summary
+
+
 def test_config_that_does_not_fit_names_largest_program(tmp_path, capsys):
     out = tmp_path / "out"
     code = _cli(tmp_path, "--config.hardware.hbm_gib_per_device=0.001", "--only", "stats",
@@ -148,14 +175,14 @@ def test_manifest_checks_config_and_programs(tmp_path, capsys):
 def test_plan_compare_puts_plan_beside_compiled(result):
     from tseeds_jax.scale import plan_cli
 
-    plan, _ = plan_cli.build_plan(_load(), num_devices=4, hbm_gib=95)
+    plan, _ = plan_cli.build_plan(_load(MESH), num_devices=8, hbm_gib=95)
     c = plan_cli.compare(plan, result)
     for phase in ("learner", "stats", "sampler"):
         row = c["phases"][phase]
         assert row["compiled"] == max(x.peak for x in result.compiled if x.phase == phase)
         assert row["plan"] == plan.phase_total("resident") + plan.phase_total(phase)
     assert c["compiled_peak"] == max(r["compiled"] for r in c["phases"].values())
-    assert "compiled for v5p:2x2x1" in plan_cli.render_compared(c)
+    assert f"compiled for {FIXTURE_TOPOLOGY}" in plan_cli.render_compared(c)
 
 
 # ------------------------------------------------------------------ tseeds compile --check DIR

@@ -213,3 +213,43 @@ def test_sampler_placement_from_config_and_flag(tmp_path, capsys):
     assert "parameter replica" in terms("--config.hardware.sampler_placement=replica")
     assert plan_cli.main(base + ["--config.hardware.sampler_placement=gathered"]) == 2
     assert "sampler_placement='gathered'" in capsys.readouterr().err
+
+
+# Per-device peaks (GiB) of the TPU variants compiled by XLA's TPU compiler (libtpu 0.0.42.1,
+# `tseeds compile ... --scheduler-memory-percent 10`, 2026-12-01; the tables of docs/scale.md):
+# measurements of the compiler, not outputs of the planner. Recompile and update them when the
+# model, the kernels or the configs change what the programs hold.
+COMPILED_PEAK_GIB = {
+    "qwen25_math_7b_dapo17k.py": 14.52,
+    "r1_distill_qwen_1p5b_openr1.py": 11.45,
+    "qwen3_4b_thinking_code.py": 31.99,
+}
+
+
+@pytest.mark.parametrize("name", sorted(COMPILED_PEAK_GIB))
+def test_tpu_plan_within_15_percent_of_recorded_compiles(name, capsys):
+    assert plan_cli.main(["--config", os.path.join(ROOT, "configs", name), "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    ratio = out["peak_bytes"] / (COMPILED_PEAK_GIB[name] * 2**30)
+    assert 0.85 <= ratio <= 1.15, (name, ratio, out["phases"])
+    assert {t["name"] for t in out["terms"]} >= {"gathered unembedding", "heap allowance"}
+
+
+def _load_config(path):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("paper_cfg", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.get_config()
+
+
+def test_tpu_learner_model_only_for_tpu_targets():
+    cd_path = os.path.join(ROOT, "configs", "qwen25_math_7b_dapo17k.py")
+    tpu, _ = plan_cli.build_plan(_load_config(cd_path))
+    cd = _load_config(cd_path)
+    cd.hardware.accelerator = ""
+    cpu, _ = plan_cli.build_plan(cd, num_devices=32, hbm_gib=95)
+    assert tpu.workload.compiler == "tpu" and cpu.workload.compiler == "cpu"
+    assert any(t.name == "heap allowance" for t in tpu.terms)
+    assert not any(t.name == "heap allowance" for t in cpu.terms)

@@ -14,6 +14,11 @@ the estimated seeded / on-policy step-time ratio (docs/scale.md).
 every program's HLO). Nothing is written when an input is bad or a program does not fit; the exit
 code is then non-zero (2: bad input, 1: does not fit).
 
+--scheduler-memory-percent P compiles with libtpu's latency-hiding scheduler limited to P% of HBM
+(default 95): with room to spare it keeps buffers alive to overlap collectives, so a low P shows
+what a step needs; a run gets the same schedule with
+LIBTPU_INIT_ARGS=--xla_tpu_scheduler_percent_shared_memory_limit=P.
+
 --check DIR tells a launch whether it runs what was compiled into DIR: with the flags the compile
 had, it lowers (no compile: fast) the programs of DIR/manifest.json for this config and code, and
 compares the config, the topology (default: from the config, else DIR's), jax / jaxlib / libtpu
@@ -43,6 +48,9 @@ def _parse(argv: list[str]):
                             flag_values=fv)
         flags.DEFINE_enum("prefill_buckets", "all", ["all", "max"], "prefill programs: every "
                           "prompt bucket, or only the largest", flag_values=fv)
+        flags.DEFINE_integer("scheduler_memory_percent", 0, "share of HBM libtpu's scheduler "
+                             "may fill (its xla_tpu_scheduler_percent_shared_memory_limit; 0: "
+                             "libtpu's default, 95)", flag_values=fv)
         flags.DEFINE_bool("json", False, "print JSON", flag_values=fv)
 
     return config_flags_cli.parse("tseeds compile", __doc__, argv, define)
@@ -112,6 +120,10 @@ def main(argv: list[str]) -> int:
         print(f"tseeds compile: --only={fv.only!r}: unknown program group {bad}; known: "
               f"{','.join(PHASES)}", file=sys.stderr)
         return 2
+    if not 0 <= fv.scheduler_memory_percent <= 100:
+        print(f"tseeds compile: --scheduler-memory-percent={fv.scheduler_memory_percent}: "
+              "expected 1..100 (0: libtpu's default)", file=sys.stderr)
+        return 2
     if fv.check is not None:
         return _check(fv, only)
     if fv.out:
@@ -124,7 +136,8 @@ def main(argv: list[str]) -> int:
     try:
         res = compile_run.compile_config(fv.config, topology=fv.topology, only=only,
                                          prefill_buckets=fv.prefill_buckets,
-                                         keep_executables=bool(fv.out), progress=progress)
+                                         keep_executables=bool(fv.out), progress=progress,
+                                         scheduler_memory_percent=fv.scheduler_memory_percent)
     except (ConfigValueError, ValueError) as e:
         print(f"tseeds compile: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2

@@ -91,6 +91,7 @@ class Result:
     target: Any
     compiled: list  # [compile_programs.Compiled]
     failures: list = dataclasses.field(default_factory=list)  # [(program, kernel_impl, error)]
+    scheduler_memory_percent: int = 0  # 0: libtpu's default (compile_programs.SCHEDULER_FLAG)
 
     @property
     def usable(self) -> int:
@@ -131,6 +132,7 @@ class Result:
             topology=t.topology, devices=t.mesh.size, hosts=t.num_hosts, chip=t.family,
             chip_source=SOURCES[t.family], hbm_bytes=t.hbm_bytes, usable_bytes=self.usable,
             mesh=dict(t.mesh.shape), fits=self.fits,
+            scheduler_memory_percent=self.scheduler_memory_percent or "libtpu default",
             phase_peak={ph: self.phase_peak(ph) for ph in cp.PHASES
                         if any(c.phase == ph for c in self.compiled)},
             largest=dict(name=self.largest.name, peak=self.largest.peak) if self.compiled
@@ -187,7 +189,8 @@ def step_times(res: Result, t_upd: float, t_step: float, t_stats: float, s) -> d
 
 
 def compile_config(cd, *, topology: str | None = None, only=cp.PHASES, prefill_buckets="all",
-                   keep_executables: bool = False, progress=None) -> Result:
+                   keep_executables: bool = False, progress=None,
+                   scheduler_memory_percent: int = 0) -> Result:
     """Compiles every program of `only`. A learner / statistics program whose Pallas kernel XLA
     cannot partition over the mesh is recorded in `failures` and compiled again with the
     chunked XLA kernel (named in its note), so that its memory is still measured."""
@@ -197,7 +200,8 @@ def compile_config(cd, *, topology: str | None = None, only=cp.PHASES, prefill_b
     for prog in programs_for(t, only, prefill_buckets=prefill_buckets):
         say(f"compiling {prog.name} ...")
         try:
-            c = cp.compile_program(prog, generation=t.family, keep=keep_executables)
+            c = cp.compile_program(prog, generation=t.family, keep=keep_executables,
+                                   scheduler_memory_percent=scheduler_memory_percent)
         except NotImplementedError as e:
             if UNPARTITIONED not in str(e):
                 raise
@@ -221,9 +225,10 @@ def compile_config(cd, *, topology: str | None = None, only=cp.PHASES, prefill_b
                 continue
             prog.note += " [kernel_impl=chunked: the Pallas kernel failed to partition]"
             say(f"compiling {prog.name} with the chunked kernel ...")
-            c = cp.compile_program(prog, generation=t.family, keep=keep_executables)
+            c = cp.compile_program(prog, generation=t.family, keep=keep_executables,
+                                   scheduler_memory_percent=scheduler_memory_percent)
             say(f"  {prog.name}: {c.compile_s:.1f} s, peak {c.peak / 2**30:.2f} GiB/device")
             compiled.append(c)
     order = {p: i for i, p in enumerate(cp.PHASES)}
     compiled.sort(key=lambda c: order[c.phase])
-    return Result(t, compiled, failures)
+    return Result(t, compiled, failures, scheduler_memory_percent)

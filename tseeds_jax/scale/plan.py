@@ -59,6 +59,26 @@ CHUNKED_TILES = 3
 # Optimizer update: per-leaf temporaries (clipped grad, new moments, update) of the largest leaf.
 OPT_LEAF_TEMPS = 4
 
+# ---- the learner step as XLA's TPU compiler lays it out (remat, FSDP; `_learner_compiled`) ----
+# Read off the buffers alive at the peak of compiled paper-scale updates (libtpu 0.0.42.1,
+# `tseeds compile`, HLO dumps; docs/scale.md): the TPU compiler fuses d probs -> d scores, so one
+# layer's attention backward holds one float32 [b, H, T, T] buffer and the compute-dtype probs;
+# gradients are alive twice (the accumulator and the micro-batch's reduce-scattered float32
+# gradients); the float32 unembedding gathered for the log-prob kernel stays alive through the
+# layers' backward; the compute-dtype casts of the parameter shards are hoisted out of the
+# micro-batch loop (two copies); layer weights are gathered in the compute dtype, one layer at a
+# time.
+TPU_SCORE_BUFFERS_F32 = 1
+TPU_GRAD_COPIES = 2
+TPU_PARAM_CASTS = 2
+# What the heap needs beyond the live buffers: XLA places multi-GiB temporaries (a float32
+# [b, H, T, T] scores buffer, a float32 [D, V]) in one temp allocation, and its size exceeds the
+# bytes alive at any moment by a share of the largest such buffer (Qwen3-4B at T 18432: 10.1 GiB
+# scores buffers, temp 27.8 GiB for ~18 GiB alive). Fitted to the three compiled paper updates
+# (docs/scale.md): the allowance is this share of the largest temporary.
+TPU_HEAP_SHARE_OF_LARGEST = 0.5
+TPU_FAMILIES = ("v4", "v5e", "v5p", "v6e")
+
 
 @dataclasses.dataclass(frozen=True)
 class Workload:
@@ -81,6 +101,7 @@ class Workload:
     stats_rows: int = 0  # sequences per statistics forward; 0 = as the trainer chunks them
     plugin_stats: bool = False  # rl/plugins.py runs a statistics pass over each batch (chunked)
     kernel_impl: str = "pallas"  # "pallas" (TPU/GPU) | "chunked" (XLA, CPU default)
+    compiler: str = "cpu"  # "tpu" | "gpu" | "cpu": whose buffer assignment the learner terms model
     kl_coef: float = 0.0
     old_logp_recompute: bool = False
     devices_per_host: int = 1
@@ -303,6 +324,11 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
              else nl * nd + outside + saved_layer + work_layer)
     note += f"; {'without' if m.remat else 'with'} remat: {other / GIB:.2f} GiB incl. layer backward"
     add("learner", "saved activations", saved, note)
+    if w.compiler == "tpu" and m.remat:
+        _learner_compiled(w, lay, add, n_tok=n_tok, n_resp=n_resp, b=b, t_len=t_len,
+                          h_t=h_t, k_t=k_t, f_t=f_t, param_bytes=param_bytes)
+        return _after_learner(w, lay, terms, add, warns, hbm_bytes, h=h, f=f, h_t=h_t, f_t=f_t,
+                              t_len=t_len, n_seq=n_seq)
     cdt = 4 if 4 in (pb, a) else a
     if w.kernel_impl == "chunked":
         bn, bv = min(2048, n_resp), min(2048, v)
@@ -337,6 +363,16 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
         add("learner", "gradients", 2 * param_bytes, "accumulator + last micro-batch's")
         add("learner", "optimizer update temporaries", opt_work)
 
+    return _after_learner(w, lay, terms, add, warns, hbm_bytes, h=h, f=f, h_t=h_t, f_t=f_t,
+                          t_len=t_len, n_seq=n_seq)
+
+
+def _after_learner(w, lay, terms, add, warns, hbm_bytes, *, h, f, h_t, f_t, t_len, n_seq) -> Plan:
+    """The sampler, statistics and host phases (shared by both learner models)."""
+    m = w.model
+    data, fsdp, tensor = w.mesh
+    pb, a = DTYPE_BYTES[m.param_dtype], DTYPE_BYTES[m.dtype]
+    d, v = m.hidden_size, m.vocab_size
     # ---- sampler (plan_sampler.py) ----
     sm = plan_sampler.sampler_memory(w, lay, DTYPE_BYTES)
     if sm.extra_params:
@@ -367,6 +403,13 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
               + srows * w.response_len * 16)
         st += (CHUNKED_TILES * min(2048, srows * w.response_len) * min(2048, v) * 4
                if w.kernel_impl == "chunked" else 4 * -(-v // 512) * srows * w.response_len * 4)
+        if w.compiler == "tpu":
+            # Compiled (docs/scale.md): the softmax fuses into one float32 scores buffer, and the
+            # log-prob kernel's moment (the float32 unembedding gathered + its compute-dtype cast)
+            # is apart from the layers'.
+            layer_fwd = srows * s_h * t_len * t_len * 4 + sn * (4 * d + 3 * s_f) * a
+            head = (d * v * (pb + a) if w.num_devices > 1 else 0) + 4 * -(-v // 512) * sn * 4
+            st = max(layer_fwd, head)
         add("stats", "forward of the batch", st, f"{srows} sequences per device ({snote})")
         if not sharded and w.num_devices > 1:
             add("stats", "parameter replica", lay.total * pb, "full replica on one device per host")
@@ -381,6 +424,45 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
             f"(T-1)={w.refresh_interval - 1} batches x {n_seq} x R={w.response_len} x "
             "(id + log-prob + entropy)")
     return Plan(w, tuple(terms), hbm_bytes, tuple(warns))
+
+
+def _learner_compiled(w: Workload, lay: ParamLayout, add, *, n_tok, n_resp, b, t_len, h_t, k_t,
+                      f_t, param_bytes) -> None:
+    """The learner terms after "saved activations" for XLA's TPU compiler with remat: the peak is
+    the larger of the log-prob kernel's backward and one layer's backward (see the TPU_*
+    constants), on top of what both share."""
+    m = w.model
+    data, fsdp, tensor = w.mesh
+    pb, a = DTYPE_BYTES[m.param_dtype], DTYPE_BYTES[m.dtype]
+    d, v, e = m.hidden_size, m.vocab_size, m.head_size
+    add("learner", "micro-batch gradients", (TPU_GRAD_COPIES - 1) * param_bytes,
+        "float32 reduce-scattered gradients of the micro-batch, beside the accumulator")
+    if pb != a:
+        add("learner", "compute-dtype parameter casts", TPU_PARAM_CASTS * lay.per_device * a,
+            f"{TPU_PARAM_CASTS} casts of the parameter shards, hoisted out of the micro-batch loop")
+    sharded_head = fsdp * tensor > 1
+    gathered_unembed = d * v * pb if sharded_head else 0
+    if sharded_head:
+        add("learner", "gathered unembedding", gathered_unembed,
+            "float32 [D, V] all-gathered for the kernel, alive until the layers' backward ends")
+    np_, nv = -(-n_resp // 256) * 256, -(-v // 512)
+    kern = d * v * 4 + d * v * a + 4 * nv * np_ * 4 + np_ * d * 4
+    knote = "kernel backward: float32 d unembed, compute-dtype unembed, partials, d hidden"
+    nd, nf = n_tok * d * a, n_tok * f_t * a
+    n_he = n_tok * (2 * h_t + 2 * k_t) * e * a
+    scores = b * h_t * t_len * t_len
+    layer = (scores * (TPU_SCORE_BUFFERS_F32 * 4 + a) + 2 * nf + 4 * nd + n_he
+             + lay.layer_per_tensor * a * (fsdp > 1))
+    lnote = ("one layer's backward: float32 d scores + probs "
+             f"[{b},{h_t},{t_len},{t_len}], MLP and attention tiles, the layer gathered")
+    if kern >= layer:
+        add("learner", "backward working set", kern, f"{knote}; > {lnote} ({layer / GIB:.2f} GiB)")
+    else:
+        add("learner", "backward working set", layer, f"{lnote}; > {knote} ({kern / GIB:.2f} GiB)")
+    largest = max(scores * 4, d * v * 4)
+    add("learner", "heap allowance", TPU_HEAP_SHARE_OF_LARGEST * largest,
+        f"{TPU_HEAP_SHARE_OF_LARGEST:g} x the largest temporary ({largest / GIB:.2f} GiB): "
+        "fragmentation of XLA's temp allocation (docs/scale.md)")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -420,9 +502,10 @@ def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
         raise ValueError("plan: the number of devices is unknown: set config.hardware.accelerator "
                          "(e.g. 'v5p-64') or config.hardware.num_devices")
     mesh = MeshSpec.coerce(cfg.mesh).resolve(int(n))
+    fam = accelerator.family if accelerator else ""
     if kernel_impl is None:
-        fam = accelerator.family if accelerator else ""
         kernel_impl = "chunked" if fam in ("", "cpu") else "pallas"
+    compiler = "tpu" if fam in TPU_FAMILIES else "cpu" if fam in ("", "cpu") else "gpu"
     per_host = (accelerator.devices_per_host if accelerator and accelerator.devices_per_host
                 else min(int(n), 8))
     o = cfg.optim
@@ -441,7 +524,8 @@ def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
         ratio=cfg.seeds.ratio, sampler_dtype=cfg.model.get("sampler_dtype", "float32"),
         sampler_slots=int(hw.get("sampler_slots", 0) or 0),
         sampler_placement=sampler_placement or hw.get("sampler_placement") or "replica",
-        kernel_impl=kernel_impl, kl_coef=cfg.loss.kl_coef, old_logp_recompute=old_logp_recompute,
+        kernel_impl=kernel_impl, compiler=compiler, kl_coef=cfg.loss.kl_coef,
+        old_logp_recompute=old_logp_recompute,
         # rl/plugins.py statistics passes over a batch (chunked like Trainer._stats)
         plugin_stats=bool(old_logp_recompute or stale
                                or (sis_top_k and cfg.seeds.refresh_interval > 1)),
