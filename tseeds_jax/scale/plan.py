@@ -25,6 +25,10 @@ The model (docs/scale.md explains each term):
   also for the passes of rl/plugins.py), on the replica device or split over the mesh.
 * host: the seed cache (T-1 batches of B x G seeds: token ids and float32 log-probs / entropies).
 
+On a TPU target with remat and the Pallas kernel, the learner and statistics terms follow what XLA's
+TPU compiler was seen to keep alive in the paper configs' compiled updates instead (the TPU_*
+constants, `_learner_compiled`; docs/scale.md "The TPU learner model").
+
 Peak HBM = resident + max(learner step, sampler, statistics pass). Activation counts per layer
 (how many [N, D], [N, F] and [B, H, T, T] buffers are alive) are the coefficients below; they were
 read off the layer code and checked against XLA's buffer assignment (tests/test_plan_xla.py).
@@ -324,7 +328,7 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
              else nl * nd + outside + saved_layer + work_layer)
     note += f"; {'without' if m.remat else 'with'} remat: {other / GIB:.2f} GiB incl. layer backward"
     add("learner", "saved activations", saved, note)
-    if w.compiler == "tpu" and m.remat:
+    if w.compiler == "tpu" and m.remat and w.kernel_impl == "pallas":
         _learner_compiled(w, lay, add, n_tok=n_tok, n_resp=n_resp, b=b, t_len=t_len,
                           h_t=h_t, k_t=k_t, f_t=f_t, param_bytes=param_bytes)
         return _after_learner(w, lay, terms, add, warns, hbm_bytes, h=h, f=f, h_t=h_t, f_t=f_t,
@@ -403,7 +407,7 @@ def _after_learner(w, lay, terms, add, warns, hbm_bytes, *, h, f, h_t, f_t, t_le
               + srows * w.response_len * 16)
         st += (CHUNKED_TILES * min(2048, srows * w.response_len) * min(2048, v) * 4
                if w.kernel_impl == "chunked" else 4 * -(-v // 512) * srows * w.response_len * 4)
-        if w.compiler == "tpu":
+        if w.compiler == "tpu" and w.kernel_impl == "pallas":
             # Compiled (docs/scale.md): the softmax fuses into one float32 scores buffer, and the
             # log-prob kernel's moment (the float32 unembedding gathered + its compute-dtype cast)
             # is apart from the layers'.
