@@ -85,12 +85,17 @@ class DecoderLayer(nnx.Module):
         rows = x_BTD.shape[0] * x_BTD.shape[1]
         stacked = cache_kv is None or rows >= _STACKED_MLP_MIN_ROWS
         x_BTD = x_BTD + self.mlp(self.mlp_norm(x_BTD), stacked=stacked)
-        if x_BTD.shape[1] == 1:
-            # A decode step's few tokens: XLA's own choice keeps the residual split along D and
-            # moves activations instead of gathering every layer's weights (r1-distill on v6e-64:
-            # 13.9 GB accessed per step vs 20.3 GB with the batch pinned).
-            return x_BTD, new_kv
-        return constrain(x_BTD, "batch", "length", "activation_embed"), new_kv
+        return _pin_residual(x_BTD), new_kv
+
+
+def _pin_residual(x_BTD):
+    """The residual stream split over the batch axes -- except in a decode step (T = 1), where
+    XLA's own choice keeps it split along D and moves a few tokens' activations instead of
+    gathering every layer's weights (r1-distill on v6e-64: 13.9 GB accessed per step vs 20.3 GB
+    with the batch pinned)."""
+    if x_BTD.shape[1] == 1:
+        return x_BTD
+    return constrain(x_BTD, "batch", "length", "activation_embed")
 
 
 def _run_layer(layer, *args):
@@ -163,9 +168,7 @@ class Transformer(nnx.Module):
         table_len = cache.max_len if cache is not None and positions_BT is None else None
         positions_BT = default_pos if positions_BT is None else jnp.asarray(positions_BT)
         rope = rope_tables(positions_BT, rope_inv_freq(cfg), table_len)
-        x_BTD = self.embed.value[tokens_BT].astype(dt)
-        if t > 1:  # see DecoderLayer: a decode step leaves the residual's layout to XLA
-            x_BTD = constrain(x_BTD, "batch", "length", "activation_embed")
+        x_BTD = _pin_residual(self.embed.value[tokens_BT].astype(dt))
         # Remat only where there is a backward pass: on the cached (sampling) paths nnx.remat's
         # trace cannot read the layer's Params inside the sampler's while loop
         # (TraceContextError), and nothing would be saved there anyway.

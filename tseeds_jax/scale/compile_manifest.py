@@ -167,8 +167,7 @@ def lowered_fingerprints(cd, *, topology: str | None = None, only=None) -> dict[
     t = compile_run.make_target(cd, topology=topology)
     out = {}
     for prog in compile_run.programs_for(t, only or cp.PHASES):
-        with cp.tpu_kernels(t.family):
-            out[prog.name] = hashlib.sha256(prog.lower().as_text().encode()).hexdigest()
+        out[prog.name] = cp.lower(prog, t.family)[1]
     return out
 
 
@@ -202,9 +201,7 @@ def check_lowered(out: str, cd, *, topology: str | None = None, only=None,
         for prog in compile_run.programs_for(t, only, prefill_buckets=prefill_buckets,
                                              kernel_impl=impl):
             if prog.name in wanted and _impl(wanted[prog.name]) == impl:
-                with cp.tpu_kernels(t.family):
-                    text = prog.lower().as_text()
-                hlo[prog.name] = hashlib.sha256(text.encode()).hexdigest()
+                hlo[prog.name] = cp.lower(prog, t.family)[1]
     missing = sorted(set(wanted) - set(hlo))
     if missing:
         raise ManifestMismatch(f"program {missing[0]!r}: compiled, but not built now for "

@@ -461,14 +461,20 @@ def compiler_options(scheduler_memory_percent: int = 0) -> dict:
     return {SCHEDULER_FLAG: int(scheduler_memory_percent)}
 
 
-def compile_program(prog: Program, *, generation: str | None = None, keep: bool = True,
-                    scheduler_memory_percent: int = 0) -> Compiled:
+def lower(prog: Program, generation: str | None = None):
+    """(lowered program, sha256 of its HLO text) with the target generation's kernels: the one
+    fingerprint that `--out` records and `--check` compares."""
     import hashlib
 
-    t0 = time.perf_counter()
     with tpu_kernels(generation):
         lowered = prog.lower()
-    hlo = hashlib.sha256(lowered.as_text().encode()).hexdigest()
+    return lowered, hashlib.sha256(lowered.as_text().encode()).hexdigest()
+
+
+def compile_program(prog: Program, *, generation: str | None = None, keep: bool = True,
+                    scheduler_memory_percent: int = 0) -> Compiled:
+    t0 = time.perf_counter()
+    lowered, hlo = lower(prog, generation)
     exe = lowered.compile(compiler_options=compiler_options(scheduler_memory_percent))
     dt = time.perf_counter() - t0
     m = exe.memory_analysis()

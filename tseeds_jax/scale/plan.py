@@ -403,10 +403,6 @@ def _after_learner(w, lay, terms, add, warns, hbm_bytes, *, h, f, h_t, f_t, t_le
         sharded = w.sampler_placement == "sharded"
         s_h, s_f = (h_t, f_t) if sharded else (h, f)
         sn = srows * t_len
-        st = (srows * s_h * t_len * t_len * (8 + a) + sn * (4 * d + 3 * s_f) * a
-              + srows * w.response_len * 16)
-        st += (CHUNKED_TILES * min(2048, srows * w.response_len) * min(2048, v) * 4
-               if w.kernel_impl == "chunked" else 4 * -(-v // 512) * srows * w.response_len * 4)
         if w.compiler == "tpu" and w.kernel_impl == "pallas":
             # Compiled (docs/scale.md): the softmax fuses into one float32 scores buffer, and the
             # log-prob kernel's moment (the float32 unembedding gathered + its compute-dtype cast)
@@ -414,6 +410,12 @@ def _after_learner(w, lay, terms, add, warns, hbm_bytes, *, h, f, h_t, f_t, t_le
             layer_fwd = srows * s_h * t_len * t_len * 4 + sn * (4 * d + 3 * s_f) * a
             head = (d * v * (pb + a) if w.num_devices > 1 else 0) + 4 * -(-v // 512) * sn * 4
             st = max(layer_fwd, head)
+        else:
+            st = (srows * s_h * t_len * t_len * (8 + a) + sn * (4 * d + 3 * s_f) * a
+                  + srows * w.response_len * 16)
+            st += (CHUNKED_TILES * min(2048, srows * w.response_len) * min(2048, v) * 4
+                   if w.kernel_impl == "chunked"
+                   else 4 * -(-v // 512) * srows * w.response_len * 4)
         add("stats", "forward of the batch", st, f"{srows} sequences per device ({snote})")
         if not sharded and w.num_devices > 1:
             add("stats", "parameter replica", lay.total * pb, "full replica on one device per host")
