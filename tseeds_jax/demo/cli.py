@@ -26,6 +26,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--rl-steps", type=int, default=None, help="override RL steps per run")
     p.add_argument("--warm-steps", type=int, default=None, help="override warm-start SFT steps")
     p.add_argument("--seeds", type=int, default=None, help="number of training seeds per method")
+    p.add_argument("--task", default="default", choices=("default", "hard"),
+                   help="default: chains of 4-5 terms; hard: 8-9 terms, base pass@1 at most 10%%")
+    p.add_argument("--resume", action="store_true",
+                   help="keep runs under --out that finished with the same settings and base")
     p.add_argument("--methods", default=None,
                    help="comma-separated methods to run (default dapo,ts_ratio,ts_adaptive,"
                         "dapo_minibatch; also: ts_entropy)")
@@ -34,10 +38,11 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(argv)
-    from tseeds_jax.demo.experiment import DemoConfig, quick_config, run_demo
+    from tseeds_jax.demo.experiment import DemoConfig, quick_config, run_demo, with_task
     from tseeds_jax.eval.report import write_report
 
     dc = quick_config(args.out) if args.quick else DemoConfig(out=args.out)
+    dc = with_task(dc, args.task)
     for name, value in (("rl_steps", args.rl_steps), ("seeds", args.seeds),
                         ("warm_steps", args.warm_steps)):
         if value is not None and value < 1:
@@ -61,7 +66,7 @@ def main(argv: list[str]) -> int:
         dc = dataclasses.replace(dc, methods=names)
     command = "tseeds demo " + " ".join(shlex.quote(a) for a in argv)
     t0 = time.perf_counter()
-    out = run_demo(dc, command=command.strip())
+    out = run_demo(dc, command=command.strip(), resume=args.resume)
     path = write_report(dc.out)
     print(f"[demo] done in {time.perf_counter() - t0:.0f}s; report: {path}")
     for method, rows in out["results"].items():

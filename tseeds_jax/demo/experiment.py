@@ -41,6 +41,12 @@ def default_methods() -> list[Method]:
         Method("dapo", "On-policy DAPO", {"seeds.refresh_interval": 1}),
         Method("ts_ratio", "Thinking Seeds (ratio 0.5, T 8)",
                {"seeds.refresh_interval": 8, "seeds.truncation": "ratio", "seeds.ratio": 0.5}),
+        Method("ts_mixture", "Thinking Seeds (mixture, target 0.5, T 8)",
+               {"seeds.refresh_interval": 8, "seeds.truncation": "mixture",
+                "seeds.target": 0.5, "seeds.fallback": "ratio", "seeds.ratio": 0.5}),
+        Method("ts_mixture_spread", "Thinking Seeds (mixture + spread cuts, target 0.5, T 8)",
+               {"seeds.refresh_interval": 8, "seeds.truncation": "mixture_spread",
+                "seeds.target": 0.5, "seeds.fallback": "ratio", "seeds.ratio": 0.5}),
         Method("ts_adaptive", "Thinking Seeds (adaptive, target 0.5, T 8)",
                {"seeds.refresh_interval": 8, "seeds.truncation": "success_target",
                 "seeds.target": 0.5, "seeds.fallback": "ratio", "seeds.ratio": 0.5}),
@@ -58,6 +64,7 @@ def method_names() -> list[str]:
 @dataclasses.dataclass(frozen=True)
 class DemoConfig:
     out: str = "runs/demo"
+    task_name: str = "default"  # "default" | "hard" (TASKS)
     task: tuple[tuple[str, int], ...] = (("min_terms", 4), ("max_terms", 5), ("min_digits", 1),
                                          ("max_digits", 1))
     # model: a small Qwen2-style decoder
@@ -94,6 +101,20 @@ class DemoConfig:
     @property
     def task_params(self) -> dict[str, int]:
         return dict(self.task)
+
+
+# The hard task: chains of 8-9 one-digit terms (7-8 worked steps instead of 3-4), so that the same
+# warm start leaves the base policy's sampled held-out pass@1 at most 10% and most on-policy
+# groups all-fail (docs/demo_results.md, "Hard task").
+HARD_TASK = dict(task=(("min_terms", 8), ("max_terms", 9), ("min_digits", 1), ("max_digits", 1)),
+                 prompt_width=20, response_width=96)
+TASKS = ("default", "hard")
+
+
+def with_task(dc: DemoConfig, name: str) -> DemoConfig:
+    if name not in TASKS:
+        raise ValueError(f"demo task {name!r}: unknown; known: {list(TASKS)}")
+    return dc if name == "default" else dataclasses.replace(dc, task_name=name, **HARD_TASK)
 
 
 def quick_config(out: str) -> DemoConfig:
@@ -224,8 +245,33 @@ def save_base(dc: DemoConfig, tok_path: str, params) -> str:
     return run_dir
 
 
+def _finished(run_dir: str, identity: dict) -> dict | None:
+    """The eval.json of a finished run with the same identity (method, settings, base), else None."""
+    try:
+        with open(os.path.join(run_dir, "method.json")) as f:
+            meta = json.load(f)
+        with open(os.path.join(run_dir, "eval.json")) as f:
+            ev = json.load(f)
+    except (OSError, ValueError):
+        return None
+    return ev if meta.get("identity") == identity else None
+
+
+_IDENTITY_FIELDS = ("task", "hidden_size", "num_layers", "heads", "prompt_width", "response_width",
+                    "warm", "rl_steps", "batch_prompts", "group_size", "lr", "train_layers",
+                    "rl_overrides", "eval_problems", "eval_n", "curve_problems", "curve_n",
+                    "temperature")
+
+
+def run_identity(dc: DemoConfig, method: Method, base_avg: float) -> dict:
+    """What a run's result depends on besides its seed: a kept run must match it exactly."""
+    conf = {k: getattr(dc, k) for k in _IDENTITY_FIELDS}
+    return json.loads(json.dumps({"config": conf, "overrides": method.overrides,
+                                  "base_avg": base_avg}, default=str))
+
+
 def run_one(dc: DemoConfig, tok_path: str, base_params, method: Method, seed: int,
-            evaluator: Evaluator, bar=None) -> dict[str, Any]:
+            evaluator: Evaluator, bar=None, identity: dict | None = None) -> dict[str, Any]:
     """One RL run from the base policy; writes its folder and returns its final evaluation."""
     from tseeds_jax.rl.runner import make_trainer
     from tseeds_jax.rl.setup import PromptStream
@@ -234,7 +280,7 @@ def run_one(dc: DemoConfig, tok_path: str, base_params, method: Method, seed: in
     cfg, cd = rl_config(dc, tok_path, run_dir, seed, method)
     _write_json(os.path.join(run_dir, "method.json"),
                 {"method": method.name, "label": method.label, "seed": seed,
-                 "overrides": method.overrides, "steps": cfg.steps})
+                 "overrides": method.overrides, "steps": cfg.steps, "identity": identity})
     if os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
         os.remove(os.path.join(run_dir, "metrics.jsonl"))
     train_src = SplitSource(CompactChainSum(seed=seed, size=100000, config=dc.task_params),
@@ -278,8 +324,10 @@ def run_one(dc: DemoConfig, tok_path: str, base_params, method: Method, seed: in
             "train_seconds": train_time}
 
 
-def run_demo(dc: DemoConfig, *, command: str = "", log=print) -> dict[str, Any]:
-    """All phases; returns {"timings", "base", "results"} and writes DIR/demo.json."""
+def run_demo(dc: DemoConfig, *, command: str = "", log=print, resume: bool = False) -> dict[str, Any]:
+    """All phases; returns {"timings", "base", "results"} and writes DIR/demo.json.
+    `resume`: keep every run that finished before with the same identity (`run_identity`: same
+    settings, method and base policy, whose sampled pass@1 must match to the last digit)."""
     from tqdm.auto import tqdm
 
     from tseeds_jax.model import init_model
@@ -323,14 +371,24 @@ def run_demo(dc: DemoConfig, *, command: str = "", log=print) -> dict[str, Any]:
     if unknown:
         raise ValueError(f"DemoConfig.methods: unknown {unknown}; known: {method_names()}")
     methods = [m for m in default_methods() if m.name in dc.methods]
-    plan = [(m, s) for m in methods
-            for s in (dc.seeds[:dc.minibatch_seeds] if m.name == "dapo_minibatch" else dc.seeds)]
+    # seed-major: a demo stopped early still compares every method on the same seeds
+    plan = [(m, s) for s in dc.seeds for m in methods
+            if not (m.name == "dapo_minibatch" and s not in dc.seeds[:dc.minibatch_seeds])]
     results: dict[str, list[dict]] = {}
     t0 = time.perf_counter()
     first_dapo = None
     with tqdm(total=len(plan) * dc.rl_steps, desc="RL runs", unit="step") as bar:
         for method, seed in plan:
-            r = run_one(dc, tok_path, base_params, method, seed, evaluator, bar)
+            identity = run_identity(dc, method, base_eval.avg)
+            run_dir = os.path.join(dc.out, "runs", method.name, f"seed{seed}")
+            kept = _finished(run_dir, identity) if resume else None
+            if kept is not None:
+                results.setdefault(method.name, []).append({"seed": seed, "avg": kept["avg_at_n"]})
+                tqdm.write(f"[demo] {method.label} seed {seed}: kept (held-out pass@1 "
+                           f"{100 * kept['avg_at_n']:.1f}%)")
+                bar.update(dc.rl_steps)
+                continue
+            r = run_one(dc, tok_path, base_params, method, seed, evaluator, bar, identity)
             results.setdefault(method.name, []).append({"seed": seed, "avg": r["final"].avg})
             tqdm.write(f"[demo] {method.label} seed {seed}: held-out pass@1 "
                        f"{100 * r['final'].avg:.1f}% ({r['train_seconds']:.0f}s)")
@@ -348,7 +406,8 @@ def run_demo(dc: DemoConfig, *, command: str = "", log=print) -> dict[str, Any]:
         _write_json(os.path.join(dc.out, "relay.json"), relay)
         timings["relay"] = time.perf_counter() - t0
     timings["total"] = time.perf_counter() - t_all
-    demo = {"command": command, "methods": [m.name for m in methods], "baseline": "dapo",
+    demo = {"command": command, "task": dc.task_name, "methods": [m.name for m in methods],
+            "baseline": "dapo",
             "fair_baseline": "dapo_minibatch",
             "timings": timings,
             "setup": {

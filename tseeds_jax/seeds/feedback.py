@@ -11,7 +11,7 @@ import numpy as np
 
 from tseeds_jax.seeds.cache import SeedBatch
 from tseeds_jax.seeds.refresh import make_selected_seed_batch
-from tseeds_jax.seeds.selection import BehaviorRollouts, PromptStats, Selector, successes
+from tseeds_jax.seeds.selection import BehaviorRollouts, PromptStats, Selector, informative, successes
 from tseeds_jax.seeds.tracker import SuccessTracker, calibration_bins
 
 CUT_BINS = 10  # the cut-ratio histogram: 10 equal bins over [0, 1]
@@ -72,10 +72,15 @@ def after_scoring(tracker: SuccessTracker | None, sb: SeedBatch | None, prompt_i
     out["seeds/fallback_frac"] = float(sel["fallback"].mean())
     if tracker is None or len(rewards) != len(u):
         return out
-    out["seeds/predicted_success"] = float(np.mean(sel["predicted"]))
-    out["seeds/realised_success"] = float(successes(rewards).mean())
+    # calibration counts only informative predictions (strictly between 0 and 1): a group with
+    # one outcome only predicts its own rollouts' reward, which says nothing of the value model
+    info = informative(sel["predicted"])
+    out["seeds/informative_frac"] = float(info.mean())
+    if info.any():
+        out["seeds/predicted_success"] = float(np.mean(sel["predicted"][info]))
+        out["seeds/realised_success"] = float(successes(rewards[info]).mean())
     out["seeds/gamma"] = float(sb.gamma)
-    for k, v in calibration_bins(sel["predicted"], rewards).items():
+    for k, v in calibration_bins(sel["predicted"][info], rewards[info]).items():
         out[f"calib/{k}"] = v
     tracker.observe_continuations(prompt_ids, sel["p_sel"], sel["source_reward"], u, sb.gamma,
                                   rewards, group_size)
