@@ -14,7 +14,8 @@ import ml_collections
 from ml_collections import config_dict
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
-TRUNCATIONS = ("ratio", "entropy", "success_target")  # seed selectors (seeds/selection.py)
+# seed selectors (seeds/selection.py)
+TRUNCATIONS = ("ratio", "entropy", "success_target", "mixture", "mixture_spread")
 VARIANTS = ("state+action", "state")
 OLD_LOGP_MODES = ("auto", "shortcut", "recompute")
 OFFPOLICY_MISSING = ("error", "on_policy")
@@ -66,7 +67,8 @@ def default_config() -> ml_collections.ConfigDict:
 
     c.seeds = ml_collections.ConfigDict()
     c.seeds.refresh_interval = 1  # T: behavior snapshot every T steps; T=1 is on-policy DAPO
-    c.seeds.truncation = "ratio"  # "ratio" | "entropy" | "success_target" (docs/adaptive_seeds.md)
+    # "ratio" | "entropy" | adaptive: "success_target", "mixture", "mixture_spread" (docs/adaptive_seeds.md)
+    c.seeds.truncation = "ratio"
     c.seeds.ratio = 0.5  # ratio truncation: keep round(|o| * ratio) tokens (at most |o|-1)
     c.seeds.top_k = 32  # entropy truncation: pick uniformly among the k highest-entropy positions
     c.seeds.variant = "state+action"  # "state+action": seed tokens in the loss; "state": context only
