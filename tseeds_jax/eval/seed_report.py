@@ -16,6 +16,72 @@ import numpy as np
 from tseeds_jax.eval.rundata import RunData, t_interval, welch
 
 TAIL_STEPS = 20  # "late" zero-advantage share: the last this many steps of a run
+REFERENCE = "ts_ratio"  # the second reference of the comparison table (the fixed ratio rule)
+
+
+def welch_interval(a, b) -> tuple[float, float, float]:
+    """(mean(a) - mean(b), half-width of its 95% Welch interval, two-sided Welch p); nan
+    half-width and p with fewer than 2 values on a side."""
+    a, b = np.asarray(a, np.float64), np.asarray(b, np.float64)
+    diff = float(a.mean() - b.mean()) if a.size and b.size else float("nan")
+    if a.size < 2 or b.size < 2:
+        return diff, float("nan"), float("nan")
+    from scipy import stats
+
+    va, vb = a.var(ddof=1) / a.size, b.var(ddof=1) / b.size
+    if va + vb == 0:
+        return diff, 0.0, (0.0 if diff != 0 else 1.0)
+    df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
+    t = diff / np.sqrt(va + vb)
+    return diff, float(stats.t.ppf(0.975, df) * np.sqrt(va + vb)), float(2 * stats.t.sf(abs(t), df))
+
+
+def _diff_cell(vals, ref) -> str:
+    vals, ref = ([v for v in x if math.isfinite(v)] for x in (vals, ref))
+    if len(vals) < 2 or len(ref) < 2:
+        return "—"
+    d, h, p = welch_interval(vals, ref)
+    mark = "**" if p < 0.05 and abs(d) > h else ""
+    return f"{mark}{100 * d:+.1f} ± {100 * h:.1f} (p={p:.2f}){mark}"
+
+
+def _informative_calibration(rs: list[RunData]) -> str:
+    rows = [x for r in rs for x in r.metrics if "calib/n" in x]
+    n = float(np.sum([np.sum(x["calib/n"]) for x in rows])) if rows else 0.0
+    if not n:
+        return "—"
+    pred = float(np.sum([np.sum(x["calib/pred"]) for x in rows]))
+    real = float(np.sum([np.sum(x["calib/real"]) for x in rows]))
+    return f"{100 * pred / n:.1f} → {100 * real / n:.1f} ({int(n)})"
+
+
+def comparison(methods: dict[str, list[RunData]], baseline: str | None,
+               reference: str = REFERENCE) -> list[str]:
+    """One table: final held-out pass@1 and the seeded batches' all-equal share, each against
+    the baseline (on-policy) and the reference (ratio rule): difference, 95% Welch interval,
+    Welch p; bold where p < 0.05 and the interval excludes zero. Calibration on informative
+    predictions only (mean predicted → realised, samples)."""
+    if baseline not in methods or reference not in methods:
+        return []
+    acc = {m: [float(r.final["avg_at_n"]) for r in rs if r.final] for m, rs in methods.items()}
+    zs = {m: [_run_mean(r, "zero_adv_group_frac/seeded") for r in rs] for m, rs in methods.items()}
+    b, ref = methods[baseline][0].label, methods[reference][0].label
+    lines = [f"Comparison: each method against {b} and against {ref}: difference of the means, "
+             "± the half-width of its 95% Welch interval, two-sided Welch p; **bold** where "
+             "p < 0.05 and the interval excludes zero. Final pass@1: held-out, per run; all-equal: "
+             "share of seeded groups with one reward for all samples, mean over a run's seeded "
+             "steps; calibration: informative predictions only (strictly between 0 and 1), "
+             "mean predicted → realised success (samples).", "",
+             f"| method | seeds | final pass@1 | vs {b} | vs {ref} | all-equal seeded groups | "
+             f"vs {ref} | calibration |", "|---|---|---|---|---|---|---|---|"]
+    for m, rs in methods.items():
+        lines.append(
+            f"| {rs[0].label} | {len(acc[m])} | {_ci(acc[m])} | "
+            f"{_diff_cell(acc[m], acc[baseline]) if m != baseline else '—'} | "
+            f"{_diff_cell(acc[m], acc[reference]) if m != reference else '—'} | {_ci(zs[m])} | "
+            f"{_diff_cell(zs[m], zs[reference]) if m != reference else '—'} | "
+            f"{_informative_calibration(rs)} |")
+    return lines + [""]
 
 
 def _run_mean(run: RunData, key: str, steps: slice = slice(None)) -> float:
@@ -65,6 +131,7 @@ def section(title: str, methods: dict[str, list[RunData]], baseline: str | None,
             f"{_ci([_run_mean(r, 'zero_adv_group_frac/seeded') for r in rs])} | "
             f"{_ci([_run_mean(r, 'zero_adv_group_frac', slice(-TAIL_STEPS, None)) for r in rs])} |")
     lines.append("")
+    lines += comparison(methods, baseline)
 
     seeded = {m: rs for m, rs in methods.items()
               if any("seeds/cut_ratio_mean" in x for r in rs for x in r.metrics)}
@@ -98,8 +165,9 @@ def _calibration(rs: list[RunData], refresh_interval_of) -> list[str]:
     n = _sum_lists([x["calib/n"] for x in rows])
     pred, real = (_sum_lists([x[f"calib/{k}"] for x in rows]) for k in ("pred", "real"))
     edges = np.linspace(0, 1, len(n) + 1)
-    out = [f"Value-model calibration, {rs[0].label} (all seeded samples of {len(rs)} runs): "
-           "predicted success of a continuation from its seed vs the realised success.", "",
+    out = [f"Value-model calibration, {rs[0].label} (informative predictions, strictly between 0 "
+           f"and 1, of {len(rs)} runs): predicted success of a continuation from its seed vs the "
+           "realised success.", "",
            "| predicted bin | samples | mean predicted | realised |", "|---|---|---|---|"]
     for k in range(len(n)):
         if n[k]:
