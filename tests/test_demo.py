@@ -36,3 +36,46 @@ def test_demo_rejects_unknown_methods(capsys):
     assert cli.main(["demo", "--methods", "dapo,ts_magic", "--out", "/nonexistent"]) == 2
     err = capsys.readouterr().err
     assert "--methods='dapo,ts_magic'" in err and "ts_magic" in err and "ts_adaptive" in err
+
+
+def test_demo_hard_task_settings_and_unknown_task(capsys):
+    from tseeds_jax.demo.experiment import DemoConfig, with_task
+
+    dc = with_task(DemoConfig(out="x"), "hard")
+    assert dc.task_name == "hard" and dc.task_params == {"min_terms": 8, "max_terms": 9,
+                                                         "min_digits": 1, "max_digits": 1}
+    assert (dc.prompt_width, dc.response_width) == (20, 96)
+    assert with_task(DemoConfig(out="x"), "default") == DemoConfig(out="x")
+    with pytest.raises(ValueError, match="'nope'"):
+        with_task(dc, "nope")
+    with pytest.raises(SystemExit):
+        cli.main(["demo", "--task", "nope", "--out", "/nonexistent"])
+    assert "--task" in capsys.readouterr().err
+
+
+def test_demo_resume_keeps_only_runs_with_the_same_identity(tmp_path):
+    from tseeds_jax.demo.experiment import DemoConfig, _finished, default_methods, run_identity
+
+    dc = DemoConfig(out=str(tmp_path))
+    dapo, ratio = default_methods()[:2]
+    run_dir = tmp_path / "runs" / "dapo" / "seed0"
+    run_dir.mkdir(parents=True)
+    ident = run_identity(dc, dapo, 0.28125)
+    (run_dir / "method.json").write_text(json.dumps({"method": "dapo", "identity": ident}))
+    assert _finished(str(run_dir), ident) is None  # no eval.json: not finished
+    (run_dir / "eval.json").write_text(json.dumps({"avg_at_n": 0.5}))
+    assert _finished(str(run_dir), run_identity(dc, dapo, 0.28125)) == {"avg_at_n": 0.5}
+    # another base policy, method, setting or task: run again
+    assert _finished(str(run_dir), run_identity(dc, dapo, 0.28)) is None
+    assert _finished(str(run_dir), run_identity(dc, ratio, 0.28125)) is None
+    import dataclasses
+
+    from tseeds_jax.demo.experiment import with_task
+
+    assert _finished(str(run_dir), run_identity(dataclasses.replace(dc, rl_steps=5), dapo,
+                                                0.28125)) is None
+    assert _finished(str(run_dir), run_identity(with_task(dc, "hard"), dapo, 0.28125)) is None
+    # the seeds and the method list do not change a run
+    assert _finished(str(run_dir), run_identity(dataclasses.replace(dc, seeds=(0, 1, 2, 3, 4),
+                                                                    methods=("dapo",)),
+                                                dapo, 0.28125)) == {"avg_at_n": 0.5}
