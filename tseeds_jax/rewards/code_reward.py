@@ -6,10 +6,12 @@ whitespace-normalised: per line, runs of whitespace collapsed and ends stripped;
 start/end ignored) — and/or "asserts" — Python source appended to the program and run as one test
 (a list of sources gives one test each). Score: `mode="all"` (default) gives 1 only if every test
 passes, else 0, and stops at the first failure (the all-or-nothing code reward of the paper);
-`mode="fraction"` gives passed / total. Reason: "correct", or the first failing test's outcome
+`mode="fraction"` gives passed / total. `extra_binds`: host paths the program may read (read-only,
+added to those of `sandbox.configure`). Reason: "correct", or the first failing test's outcome
 ("wrong", "runtime_error", "timeout", "cpu_limit", "memory", "output_limit", "killed",
-"sandbox_error": the sandbox itself failed — `details["sandbox_error"]` names the setup step and the
-OS error), or "invalid_input" / "budget" (total time budget `max_total_s` exhausted).
+"sandbox_error": the sandbox failed or refused to grade — `details["sandbox_error"]` names the setup
+step, the OS error and the missing isolation `layer`), or "invalid_input" / "budget" (total time
+budget `max_total_s` exhausted).
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import time
 
 from tseeds_jax.rewards.extract import code_block
 from tseeds_jax.rewards.registry import RewardResult, register
-from tseeds_jax.rewards.sandbox import SandboxLimits, run_program
+from tseeds_jax.rewards.sandbox import SandboxLimits, configured_binds, run_program
 
 MODES = ("all", "fraction")
 
@@ -70,6 +72,7 @@ def code_score(
     memory_mb: int = 1024,
     nproc: int = 16,
     max_total_s: float = 30.0,
+    extra_binds: tuple[str, ...] | list[str] = (),
 ) -> RewardResult:
     """Grade a program response against `reference` tests. Must run in a single-threaded process."""
     if mode not in MODES:
@@ -83,17 +86,18 @@ def code_score(
     except ValueError as e:
         return RewardResult(0.0, "invalid_input", {"error": str(e)})
     limits = SandboxLimits(cpu_s=cpu_s, wall_s=wall_s, memory_mb=memory_mb, nproc=nproc)
+    binds = tuple(extra_binds) + configured_binds()
     program = code_block(response)
     t0, passed, outcomes, first_fail, isolation, sandbox = time.monotonic(), 0, [], None, None, None
     for kind, data, expected in tests:
         if time.monotonic() - t0 + wall_s > max_total_s:
             outcome = "budget"
         elif kind == "io":
-            r = run_program(program, data, limits)
+            r = run_program(program, data, limits, extra_binds=binds)
             ok = r.status == "ok" and normalize_output(r.stdout) == normalize_output(expected)
             outcome = "correct" if ok else _STATUS_REASON.get(r.status, r.status)
         else:
-            r = run_program(program + "\n\n" + data, "", limits)
+            r = run_program(program + "\n\n" + data, "", limits, extra_binds=binds)
             if r.status == "exit_nonzero" and "AssertionError" in r.stderr_tail:
                 outcome = "wrong"
             else:

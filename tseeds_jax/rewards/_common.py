@@ -1,0 +1,137 @@
+"""What both sandbox backends share: limits, results, the interpreter's paths, uid sweeps.
+
+`SandboxLimits` and `RunResult` are the public types (re-exported by `sandbox`); the rest is used by
+the bubblewrap backend (`_bwrap`) and the weaker namespace backend (`_legacy`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import errno
+import os
+import signal
+import sys
+import warnings
+from pathlib import Path
+
+from tseeds_jax.rewards import _mounts
+
+UID_BASE = 1_500_000_000  # + worker pid (pid_max <= 2**22): a uid range no real account uses
+_PROJECT = Path(__file__).resolve().parents[2]
+PROJECT_ROOT = str(_PROJECT) if (_PROJECT / "pyproject.toml").exists() else None
+
+
+
+@dataclasses.dataclass(frozen=True)
+class SandboxLimits:
+    """Per-run limits. Seconds, mebibytes, bytes, counts."""
+
+    cpu_s: float = 2.0  # RLIMIT_CPU (SIGKILL one second after the soft limit)
+    wall_s: float = 4.0  # wall clock from fork to kill
+    memory_mb: int = 1024  # RLIMIT_AS (virtual address space) per process
+    nproc: int = 16  # RLIMIT_NPROC: processes + threads of the sandbox uid (root mode only)
+    fsize_mb: int = 16  # RLIMIT_FSIZE: largest file the program may write
+    nofile: int = 64  # RLIMIT_NOFILE
+    output_bytes: int = 1 << 20  # stdout cap; exceeding it kills the program
+    stderr_bytes: int = 1 << 16  # stderr cap (kept tail is shorter)
+    tmpfs_mb: int = 64  # size of the private /tmp holding the working directory (mount mode)
+
+    def __post_init__(self):
+        for f in dataclasses.fields(self):
+            v = getattr(self, f.name)
+            if not isinstance(v, (int, float)) or isinstance(v, bool) or v <= 0:
+                raise ValueError(f"SandboxLimits.{f.name} must be a positive number, got {v!r}")
+
+
+@dataclasses.dataclass
+class RunResult:
+    """Outcome of one run. status: ok | exit_nonzero | timeout | cpu_limit | memory | output_limit |
+    killed | sandbox_error. error (sandbox_error only): {"step", "errno", "errno_name", "error"} —
+    which setup step failed (which mount, which exec) and the OS error."""
+
+    status: str
+    exit_code: int | None
+    stdout: str
+    stderr_tail: str
+    wall_s: float
+    cpu_s: float
+    isolation: dict
+    error: dict | None = None
+
+
+
+def reachable_by_others(path: str) -> bool:
+    """True if a foreign uid can exec `path`: every directory on the way (through each symlink met)
+    o+x and the file itself o+x."""
+    real, links = _mounts.resolve(path)
+    for p in [real] + [loc for loc, _ in links]:
+        if any(not os.stat(d).st_mode & 0o001 for d in Path(p).parents):
+            return False
+    return bool(os.stat(real).st_mode & 0o001)
+
+
+def interpreter_paths() -> list[str]:
+    """What the interpreter's startup reads, as it names it: the executable (a venv's symlink
+    chain included), the prefixes, a venv's base interpreter and `home` (pyvenv.cfg)."""
+    paths = [sys.executable, sys.prefix, sys.exec_prefix, sys.base_prefix, sys.base_exec_prefix,
+             getattr(sys, "_base_executable", "")]
+    cfg = Path(sys.prefix, "pyvenv.cfg")
+    if cfg.is_file():
+        for line in cfg.read_text(errors="replace").splitlines():
+            key, _, value = line.partition("=")
+            if key.strip() == "home" and value.strip():
+                paths.append(value.strip())
+    return [p for p in dict.fromkeys(paths) if p and os.path.isabs(p) and os.path.exists(p)]
+
+
+
+_WARNED: set[str] = set()
+
+
+def warn_once(msg: str) -> None:
+    if msg not in _WARNED:
+        _WARNED.add(msg)
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
+
+def sweep_uid(uid: int) -> None:
+    """Kill every process of `uid`: kill(-1) as that uid reaches exactly its own processes. The
+    kernel sends it under the tasklist lock and a fork with a fatal signal pending fails, so one pass
+    leaves no survivor; a second pass costs nothing and covers a racing exec."""
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            for _ in range(2):
+                os.kill(-1, signal.SIGKILL)  # never ESRCH while other processes exist
+        finally:
+            os._exit(0)
+    os.waitpid(pid, 0)
+
+
+
+# How an interpreter that cannot start (missing stdlib or shared library) fails before running a
+# line of the program. A program can print these too; it then scores 0 as sandbox_error instead
+# of runtime_error, and a training run stops only if *every* response of a step does it.
+_STARTUP_FAILURES = (
+    "Fatal Python error: init",
+    "Could not find platform",
+    "error while loading shared libraries",
+)
+
+
+def interpreter_failure(exit_code, stderr_tail: str, python) -> dict | None:
+    first = stderr_tail.lstrip().split("\n", 1)[0]
+    if exit_code in (1, 127) and any(m in first for m in _STARTUP_FAILURES):
+        return {"step": f"start interpreter {python}", "errno": None, "errno_name": None,
+                "error": first[:300]}
+    return None
+
+
+def kill(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except OSError as e:
+        if e.errno != errno.ESRCH:
+            raise

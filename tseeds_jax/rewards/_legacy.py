@@ -1,0 +1,259 @@
+"""Run one untrusted Python program with limits and isolation (see docs/sandbox.md).
+
+`run_program` must be called from a single-threaded process (it forks): the reward worker processes
+of `_pool` are such processes; `tseeds_jax.rewards.code` sends work there. Process tree per run:
+
+    worker (root) -> setup child (root; new mount/net/pid/ipc namespaces, mounts) -> program
+                                                     (pid 1 of its pid namespace, unprivileged uid)
+
+The worker talks to the program through pipes (stdin fed from the test input, stdout/stderr read
+with caps), enforces the wall-clock limit, and on exit or timeout kills the program's pid namespace
+and every process of the sandbox uid. The uid is unique per worker (UID_BASE + worker pid), so
+RLIMIT_NPROC and the kill sweep never touch another sandbox's processes.
+
+The mounts are planned here, on the host's view of the paths (`_mounts.plan`: the interpreter may
+live under /tmp or a hidden directory), and made in the setup child (`_children`, `_mounts.apply`).
+Every setup step that fails is reported as `RunResult.error` (step and OS error), never silently.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import select
+import shutil
+import signal
+import sys
+import tempfile
+import time
+
+from tseeds_jax.rewards import _mounts
+from tseeds_jax.rewards._children import SAFE_PATH, setup_child
+from tseeds_jax.rewards._common import (
+    PROJECT_ROOT,
+    UID_BASE,
+    RunResult,
+    SandboxLimits,
+    interpreter_failure,
+    interpreter_paths,
+    kill,
+    reachable_by_others,
+    sweep_uid,
+    warn_once,
+)
+from tseeds_jax.rewards._mounts import SetupError, step
+
+
+def _hidden_paths(extra: tuple[str, ...]) -> list[str]:
+    paths = ["/root", "/home", "/dev/shm", "/var/tmp", "/run/lock"]
+    if PROJECT_ROOT:
+        paths.append(PROJECT_ROOT)
+    paths += list(extra)
+    out = []
+    for p in paths:
+        rp = os.path.realpath(p)
+        if rp != "/" and os.path.isdir(rp) and rp not in out:
+            out.append(rp)
+    return out
+
+
+def _fallback_python() -> str:
+    """The interpreter when there is no mount namespace and the program runs as a foreign uid."""
+    if reachable_by_others(sys.executable):
+        return sys.executable
+    # e.g. a venv or pyenv under /root: unreachable for the sandbox uid; a system interpreter is
+    # the only way to run the program at all.
+    for d in SAFE_PATH.split(":"):
+        cand = os.path.join(d, "python3")
+        if os.path.exists(cand) and reachable_by_others(cand):
+            return cand
+    return sys.executable
+
+
+def _setup_failed(err: SetupError, t0: float) -> RunResult:
+    return RunResult("sandbox_error", None, "", f"sandbox setup failed: {err}", time.monotonic() - t0,
+                     0.0, {}, err.as_dict())
+
+
+def run_program(
+    source: str,
+    stdin: str = "",
+    limits: SandboxLimits | None = None,
+    *,
+    extra_hidden: tuple[str, ...] = (),
+    seccomp: bool = True,
+) -> RunResult:
+    """Run Python `source` with `stdin` in the sandbox; never raises for program misbehaviour.
+
+    Must be called from a single-threaded process (see module docstring).
+    """
+    if not isinstance(source, str) or not isinstance(stdin, str):
+        raise TypeError(f"source and stdin must be str, got {type(source).__name__}/{type(stdin).__name__}")
+    limits = limits or SandboxLimits()
+    t0 = time.monotonic()
+    root = os.geteuid() == 0
+    uid = UID_BASE + os.getpid() if root else None
+    try:
+        # Planned here, on the host's view: inside the new namespace these paths may be covered.
+        plan = step("plan mounts", _mounts.plan, _hidden_paths(tuple(extra_hidden)), interpreter_paths())
+        fallback_python = step("find an interpreter", _fallback_python) if root else sys.executable
+        fallback_dir = step("make work directory", tempfile.mkdtemp, prefix="tseeds_sbx_")
+    except SetupError as e:
+        return _setup_failed(e, t0)
+    os.chmod(fallback_dir, 0o711)
+    workdir = os.path.join(fallback_dir, "work")
+    os.mkdir(workdir, 0o700)
+    cfg = {
+        "source": source,
+        "limits": limits,
+        "sandbox_uid": uid,
+        "seccomp": seccomp,
+        "plan": plan,
+        "refused": list(plan.refused),
+        "python": sys.executable,
+        "fallback_python": fallback_python,
+        "fallback_workdir": workdir,
+    }
+    r_in, w_in = os.pipe()
+    r_out, w_out = os.pipe()
+    r_err, w_err = os.pipe()
+    r_st, w_st = os.pipe2(os.O_CLOEXEC)
+    setup_pid = os.fork()
+    if setup_pid == 0:
+        for fd in (w_in, r_out, r_err, r_st):
+            os.close(fd)
+        setup_child(cfg, {"stdin": r_in, "stdout": w_out, "stderr": w_err, "status": w_st})
+    for fd in (r_in, w_out, w_err, w_st):
+        os.close(fd)
+    try:
+        return _supervise(setup_pid, uid, limits, stdin.encode(), w_in, r_out, r_err, r_st, t0)
+    finally:
+        shutil.rmtree(fallback_dir, ignore_errors=True)
+
+
+def _supervise(setup_pid, uid, limits, data, w_in, r_out, r_err, r_st, t0) -> RunResult:
+    os.set_blocking(w_in, False)
+    out, err, st = bytearray(), bytearray(), bytearray()
+    open_fds = {r_out, r_err, r_st}
+    if data:
+        pending = memoryview(data)
+    else:
+        os.close(w_in)
+        w_in, pending = None, None
+    status, prog_pid, exit_line, deadline = None, None, None, t0 + limits.wall_s
+    st_pos = 0
+    while open_fds:
+        now = time.monotonic()
+        if exit_line is not None and now > deadline + 1.0:
+            break  # program gone; something (a stray child) still holds the pipes
+        if exit_line is None and now >= deadline:
+            status = "timeout"
+            break
+        wfds = [w_in] if w_in is not None else []
+        r, w, _ = select.select(list(open_fds), wfds, [], max(0.0, deadline - now) + 0.01)
+        if w:
+            try:
+                n = os.write(w_in, pending[:65536])
+                pending = pending[n:]
+            except (BrokenPipeError, BlockingIOError) as e:
+                if isinstance(e, BrokenPipeError):
+                    pending = pending[:0]
+            if not pending:
+                os.close(w_in)
+                w_in = None
+        for fd in r:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                open_fds.discard(fd)
+                continue
+            if fd == r_out:
+                out += chunk
+            elif fd == r_err:
+                err += chunk
+            else:
+                st += chunk
+                lines = bytes(st[st_pos:]).decode(errors="replace").split("\n")
+                st_pos = len(st) - len(lines[-1].encode())
+                for line in lines[:-1]:
+                    if line.startswith("pid "):
+                        prog_pid = int(line.split()[1])
+                    elif line.startswith("exit "):
+                        exit_line = line
+                        deadline = min(deadline, time.monotonic() + 1.0)
+                        if uid is not None:
+                            sweep_uid(uid)  # background children die with the program
+                    elif line.startswith("err "):
+                        deadline = min(deadline, time.monotonic() + 1.0)
+        if len(out) > limits.output_bytes or len(err) > limits.stderr_bytes:
+            status = "output_limit"
+            break
+    if w_in is not None:
+        os.close(w_in)
+    if exit_line is None and prog_pid is not None:
+        kill(prog_pid)  # pid 1 of its namespace: the kernel kills the rest of the namespace
+    if uid is not None:
+        sweep_uid(uid)
+    # Let the setup child reap the program and strays (a zombie handed to the system init may
+    # linger and count against RLIMIT_NPROC), then make sure it is gone.
+    for _ in range(400):
+        done, setup_status = os.waitpid(setup_pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.005)
+    else:
+        kill(setup_pid)
+        _, setup_status = os.waitpid(setup_pid, 0)
+    if uid is not None:
+        sweep_uid(uid)
+    for fd in (r_out, r_err, r_st):
+        os.close(fd)
+    wall = time.monotonic() - t0
+    lines = st.decode(errors="replace").splitlines()
+    iso = next((json.loads(ln[4:]) for ln in lines if ln.startswith("iso ")), {})
+    info = next((json.loads(ln.split(" ", 2)[2]) for ln in lines if ln.startswith("pid ")), {})
+    isolation = {k: bool(iso.get(k)) for k in ("net", "mount", "pid", "seccomp")}
+    isolation.update(uid=uid, python=info.get("python"), writable_mounts=info.get("writable_mounts", []))
+    for what in ("net", "mount", "pid"):
+        if prog_pid is not None and not isolation[what]:
+            warn_once(f"sandbox: no new {what} namespace available; see docs/sandbox.md")
+    exit_code, cpu = None, 0.0
+    if exit_line is not None:
+        wstatus, cpu = int(exit_line.split()[1]), float(exit_line.split()[2])
+        exit_code = os.waitstatus_to_exitcode(wstatus)
+    stderr_tail = err[-2000:].decode(errors="replace")
+    error = next((json.loads(ln[4:]) for ln in lines if ln.startswith("err ")), None)
+    if error is None and status is None and exit_line is None:
+        # The setup child died without a word (killed, or it crashed before reporting).
+        error = {"step": "sandbox setup", "errno": None, "errno_name": None,
+                 "error": f"setup process ended with status {os.waitstatus_to_exitcode(setup_status)}"}
+    if error is None and status is None:
+        error = interpreter_failure(exit_code, stderr_tail, isolation["python"])
+    if error is not None:
+        status = "sandbox_error"
+        stderr_tail = f"sandbox setup failed: {error['step']}: {error['error']}\n{stderr_tail}"[:2000]
+    elif status is None:
+        if exit_code == 0:
+            status = "ok"
+        # The kernel enforces RLIMIT_CPU on tick-sampled CPU time, while rusage reports the
+        # precise run time; on a loaded machine the kill came at 0.83 s of rusage for a 1 s limit.
+        elif exit_code == -signal.SIGKILL and cpu >= 0.5 * math.ceil(limits.cpu_s):
+            status = "cpu_limit"
+        elif "MemoryError" in stderr_tail:
+            status = "memory"
+        elif exit_code is not None and exit_code < 0:
+            status = "killed"
+        else:
+            status = "exit_nonzero"
+    return RunResult(
+        status,
+        exit_code,
+        out[: limits.output_bytes].decode(errors="replace"),
+        stderr_tail,
+        wall,
+        cpu,
+        isolation,
+        error,
+    )
+
+
