@@ -56,6 +56,11 @@ def default_config() -> ml_collections.ConfigDict:
     c.data.size = 100000  # number of procedural examples to draw from
 
     c.reward = "reasoning_gym"  # a registered reward name (tseeds_jax.rewards)
+    # Code reward sandbox (docs/sandbox.md). Off by default: grading refuses to run (and the run
+    # stops before its first step) unless the allowlisted root and the user, network, pid and
+    # mount namespaces are all active; True grades with weaker isolation, recorded in each result.
+    c.sandbox_allow_weak_isolation = False
+    c.sandbox_extra_binds = ()  # host paths the programs may read (bound read-only), e.g. task files
 
     c.rollout = ml_collections.ConfigDict()
     c.rollout.batch_prompts = 4  # B: prompts per training batch
@@ -276,6 +281,8 @@ class TrainConfig:
     log_every: int
     progress: bool
     method: str = ""  # run label ("" derived; see `method_label`)
+    sandbox_allow_weak_isolation: bool = False
+    sandbox_extra_binds: tuple[str, ...] = ()
     offpolicy: OffPolicyConfig = OffPolicyConfig()
     stale: StaleConfig = StaleConfig()
     hardware: HardwareConfig = HardwareConfig()
@@ -302,6 +309,8 @@ class TrainConfig:
             optim=OptimConfig(**d["optim"]), mesh=dict(d["mesh"]),
             checkpoint_every=d["checkpoint_every"], keep_checkpoints=d["keep_checkpoints"],
             log_every=d["log_every"], progress=d["progress"], method=d.get("method", ""),
+            sandbox_allow_weak_isolation=d.get("sandbox_allow_weak_isolation", False),
+            sandbox_extra_binds=tuple(d.get("sandbox_extra_binds") or ()),
             offpolicy=OffPolicyConfig(**d.get("offpolicy", {})),
             stale=StaleConfig(**d.get("stale", {})),
             hardware=HardwareConfig(**d.get("hardware", {})),
@@ -318,6 +327,11 @@ class TrainConfig:
                 bad(field, value, "must be an integer >= 1")
 
         positive_int("steps", self.steps)
+        if not isinstance(self.sandbox_allow_weak_isolation, bool):
+            bad("sandbox_allow_weak_isolation", self.sandbox_allow_weak_isolation, "must be True or False")
+        for p in self.sandbox_extra_binds:
+            if not isinstance(p, str) or not p.startswith("/"):
+                bad("sandbox_extra_binds", self.sandbox_extra_binds, f"{p!r} is not an absolute path")
         m = self.checkpoint_every_minutes
         if isinstance(m, bool) or not isinstance(m, int | float) or not m >= 0:
             bad("checkpoint_every_minutes", m, "must be a number >= 0 (0 disables)")
