@@ -22,6 +22,7 @@ import dataclasses
 import errno as errno_mod
 import math
 import os
+import re
 import resource
 import select
 import shutil
@@ -204,6 +205,7 @@ def _launcher(argv, view, sources, limits, uid, fds, stage, hook) -> None:
             os.setresuid(uid, uid, uid)
         if hook == "userns":  # a machine that refuses user namespaces (tests only)
             me, gid = os.getuid(), os.getgid()
+            lx.set_dumpable()
             lx.unshare(lx.CLONE_NEWUSER)
             for name, text in (("setgroups", "deny"), ("uid_map", f"{me} {me} 1"),
                                ("gid_map", f"{gid} {gid} 1")):
@@ -246,7 +248,11 @@ def _setup_error(stderr: bytes, python: str) -> dict:
     what, _, why = line.partition(": ")[2].rpartition(": ")
     what, why = (what, why) if what else (why, "")
     errno = _STRERROR.get(why.strip())
-    step_name = "exec " + what[len("execvp "):] if what.startswith("execvp ") else f"bwrap: {what}"
+    named = re.search(r"\((E[A-Z0-9]+)\)", why)
+    if errno is None and named:
+        errno = getattr(errno_mod, named.group(1), None)
+    prefix = line.split(": ", 1)[0]
+    step_name = "exec " + what[len("execvp "):] if what.startswith("execvp ") else f"{prefix}: {what}"
     return {"step": step_name, "errno": errno, "errno_name": errno_mod.errorcode.get(errno),
             "error": (why or what)[:300], "layer": _layer(line)}
 

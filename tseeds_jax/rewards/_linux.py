@@ -34,6 +34,7 @@ MS_RELATIME = 1 << 21
 MS_STRICTATIME = 1 << 24
 
 PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
 PR_SET_SECCOMP = 22
 PR_SET_CHILD_SUBREAPER = 36
 PR_SET_NO_NEW_PRIVS = 38
@@ -63,6 +64,11 @@ def mount(source: str | None, target: str, fstype: str | None, flags: int, data:
 
 def set_no_new_privs() -> None:
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
+
+
+def set_dumpable() -> None:
+    """Make /proc/self ours again after a uid change (the kernel hands it to root until exec)."""
+    _check(_libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(DUMPABLE)")
 
 
 def set_child_subreaper() -> None:

@@ -2,10 +2,13 @@
 
 Runs one tiny program (a + b from stdin) through the "code" reward exactly as training does (a
 reward worker process, the sandbox, the program) and prints the interpreter, the isolation layers
-obtained and, on failure, the failing setup step and OS error (docs/sandbox.md).
+obtained and, on failure, the failing setup step, OS error and missing layer (docs/sandbox.md);
+then what a program can see: the read-only binds, the hidden site-packages, and a probe program's
+own listing of its root, /tmp and its identity.
 
-Exit codes: 0 the sandbox runs programs; 1 it cannot (every code reward would score 0);
-2 bad arguments; 3 (`--strict` only) it runs, but without every isolation layer.
+Exit codes: 0 the sandbox grades with every layer; 1 it refuses or cannot (every code reward
+would be a sandbox_error); 2 bad arguments; 3 (`--strict` only) it grades, but with the weaker
+isolation the switch `sandbox_allow_weak_isolation` allowed.
 """
 
 from __future__ import annotations
@@ -17,11 +20,22 @@ PROGRAM = "a, b = map(int, input().split())\nprint(a + b)\n"
 REFERENCE = {"stdin_stdout": [["2 3\n", "5\n"]]}
 
 _LAYERS = (
-    ("mount", "mount namespace", "private /tmp; home directories and the checkout hidden; read-only"),
+    ("allowlisted_root", "allowlisted root", "only /usr, the interpreter, /proc, /dev, a private /tmp"),
+    ("user", "user namespace", "only the program's own uid and gid mapped"),
+    ("mount", "mount namespace", "the host's mounts out of reach"),
     ("pid", "pid namespace", "no process outlives the program"),
     ("net", "network namespace", "no interfaces but a downed loopback"),
     ("seccomp", "seccomp filter", "socket families other than AF_UNIX refused"),
 )
+# What the program sees, from the inside (run by `main` in this process: it is single-threaded).
+PROBE = """import os
+print("uid", os.getuid(), "gid", os.getgid(), "groups", os.getgroups())
+for top in ("/", "/tmp", "/dev"):
+    for name in sorted(os.listdir(top)):
+        p = os.path.join(top, name)
+        kind = "-> " + os.readlink(p) if os.path.islink(p) else ("dir" if os.path.isdir(p) else "file")
+        print(p, kind, "writable" if os.access(p, os.W_OK) else "read-only")
+"""
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
@@ -59,23 +73,53 @@ def main(argv: list[str] | None = None) -> int:
             errno_txt = f" (errno {err.get('errno')} {err.get('errno_name')})" if err.get("errno") else ""
             print(f"  failing step       {err.get('step')}{errno_txt}")
             print(f"  error              {err.get('error')}")
+            if err.get("layer"):
+                print(f"  missing layer      {err.get('layer')}")
         else:
             print(f"  details            {res.details}")
-        print("sandbox FAILED: code rewards cannot be graded here (docs/sandbox.md)")
+        print("sandbox FAILED: code rewards cannot be graded here (docs/sandbox.md); a missing layer"
+              " may be excused with sandbox_allow_weak_isolation=True")
         return 1
     missing = []
     for key, name, what in _LAYERS:
         on = bool(iso.get(key))
         print(f"  {name:<19}{'active' if on else 'NOT active'}: {what}")
         missing += [] if on else [name]
+    if iso.get("weak"):
+        print(f"  WEAK isolation     allowed by sandbox_allow_weak_isolation: {iso.get('missing_layer')} "
+              f"unavailable ({iso.get('why')})")
     writable = iso.get("writable_mounts") or []
     if writable:
         print(f"  left writable      {writable} (the kernel refused a read-only remount)")
+    _show_view()
     if missing:
-        print(f"sandbox OK, but without: {', '.join(missing)} (docs/sandbox.md, 'Fallbacks')")
+        print(f"sandbox grades, but without: {', '.join(missing)} (docs/sandbox.md, 'Weaker isolation')")
         return 3 if args.strict else 0
     print("sandbox OK: every isolation layer active")
     return 0
+
+
+def _show_view() -> None:
+    from tseeds_jax.rewards import _bwrap, sandbox
+
+    print("what a program can see (this interpreter):")
+    try:
+        view = _bwrap.plan_view(sandbox.configured_binds())
+    except Exception as e:  # noqa: BLE001 - the probe below still says what it can
+        print(f"  (cannot plan the sandbox's root: {e})")
+    else:
+        for src, dest in view.binds:
+            print(f"  read-only bind     {dest}" + (f" (from {src})" if src != dest else ""))
+        for loc, target in view.links:
+            print(f"  symlink            {loc} -> {target}")
+        for h in view.hide:
+            print(f"  hidden (empty)     {h}")
+    res = sandbox.run_program(PROBE, "")
+    if res.status != "ok":
+        print(f"  probe program      {res.status}: {res.stderr_tail.strip()[-300:]}")
+        return
+    for line in res.stdout.splitlines():
+        print(f"  seen               {line}")
 
 
 if __name__ == "__main__":

@@ -48,6 +48,23 @@ def first_cause() -> str | None:
     return _first_cause
 
 
+def preflight() -> dict:
+    """Grade one tiny program through the code reward as training does; raise
+    SandboxUnavailableError naming the missing layer if the sandbox refuses or fails. Returns the
+    isolation the program got (`isolation["weak"]` when the switch allowed less)."""
+    from tseeds_jax.rewards.registry import score_result
+
+    res = score_result("code", "a, b = map(int, input().split())\nprint(a + b)\n",
+                       {"stdin_stdout": [["2 3\n", "5\n"]]})
+    if res.reason != "correct":
+        err = res.details.get("sandbox_error") or {}
+        from tseeds_jax.rewards.sandbox import refusal
+
+        why = refusal(err) if err else f"the test program scored {res.reason}: {res.details}"
+        raise SandboxUnavailableError(f"code reward preflight failed: {why}"[:2000])
+    return res.details.get("isolation") or {}
+
+
 def check_rewards(reasons) -> None:
     """Raise SandboxUnavailableError if `reasons` (one step's reward reasons) are all sandbox_error."""
     reasons = list(reasons)

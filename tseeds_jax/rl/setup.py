@@ -213,6 +213,12 @@ def make_reward_fn(name: str):
 
 def build_env(cfg: TrainConfig, *, checkpointer=None) -> tuple[TrainEnv, Any]:
     """(env, tokenizer)."""
+    from tseeds_jax.rewards import health, sandbox
+
+    sandbox.configure(allow_weak_isolation=cfg.sandbox_allow_weak_isolation,
+                      extra_binds=cfg.sandbox_extra_binds)
+    if cfg.reward == "code":
+        health.preflight()  # a sandbox that refuses to grade stops the run before its first step
     source = build_source(cfg)
     tok = build_tokenizer(cfg, source)
     model = build_model(cfg, tok.vocab_size)
