@@ -216,8 +216,10 @@ class Checkpoints:
         ckpts.save_historical("behavior-0008", params)               # never garbage-collected
 
     `state` is any pytree of jax/numpy arrays and Python scalars (params, optax state, RNG keys
-    as data). `meta` is a JSON-able dict. Saves are synchronous unless `async_save=True`
-    (then call `wait()` before reading what was written or exiting).
+    as data). `meta` is a JSON-able dict. Saves are synchronous unless `async_save=True`:
+    then `save` returns once the arrays are copied to host memory and Orbax writes and commits
+    the step in a background thread (a step is listed only once committed); the next `save`
+    first waits for the previous one; call `wait()` before reading what was written or exiting.
     """
 
     def __init__(self, directory, *, keep_last: int | None = 3, async_save: bool = False,
@@ -312,9 +314,17 @@ class Checkpoints:
             path.rmtree()
 
     # ---- lifecycle ----
-    def wait(self) -> None:
-        """Blocks until pending asynchronous saves are on disk."""
+    def saving(self) -> bool:
+        """Whether an asynchronous save is still being written (Orbax's view on this host)."""
+        return bool(self._manager.is_saving_in_progress())
+
+    def wait(self) -> float:
+        """Blocks until pending asynchronous saves are committed; returns the seconds waited.
+        A failed background write raises here."""
+        t0 = time.perf_counter()
         self._manager.wait_until_finished()
+        self._manager.check_for_errors()
+        return time.perf_counter() - t0
 
     def close(self) -> None:
         self._manager.wait_until_finished()

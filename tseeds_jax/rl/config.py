@@ -144,6 +144,14 @@ def default_config() -> ml_collections.ConfigDict:
     # Also checkpoint when host 0 last saved this many minutes ago (0 disables): bounds the work
     # a preemption without notice (SIGKILL, a lost VM) can cost, whatever the step time.
     c.checkpoint_every_minutes = 15.0
+    # Orbax writes each checkpoint in the background while the next steps run (checkpoint.py).
+    c.checkpoint_async = True
+    # Continuous checkpointing: also checkpoint when no write is running and host 0 last saved
+    # this many seconds ago (0 disables); bounds what a 30-s preemption notice loses.
+    c.checkpoint_continuous_s = 120.0
+    # Seconds between a preemption notice (SIGTERM, GCE metadata) and the stop (Spot: ~30): a
+    # final checkpoint is written at the next step boundary only if it fits (rl/preemption.py).
+    c.preemption_window_s = 30.0
     c.keep_checkpoints = 2
     c.log_every = 1
     c.progress = True
@@ -287,6 +295,9 @@ class TrainConfig:
     stale: StaleConfig = StaleConfig()
     hardware: HardwareConfig = HardwareConfig()
     checkpoint_every_minutes: float = 0.0
+    checkpoint_async: bool = False
+    checkpoint_continuous_s: float = 0.0
+    preemption_window_s: float = 30.0
 
     @property
     def method_label(self) -> str:
@@ -314,7 +325,10 @@ class TrainConfig:
             offpolicy=OffPolicyConfig(**d.get("offpolicy", {})),
             stale=StaleConfig(**d.get("stale", {})),
             hardware=HardwareConfig(**d.get("hardware", {})),
-            checkpoint_every_minutes=d.get("checkpoint_every_minutes", 0.0))
+            checkpoint_every_minutes=d.get("checkpoint_every_minutes", 0.0),
+            checkpoint_async=d.get("checkpoint_async", False),
+            checkpoint_continuous_s=d.get("checkpoint_continuous_s", 0.0),
+            preemption_window_s=d.get("preemption_window_s", 30.0))
         cfg.validate()
         return cfg
 
@@ -335,6 +349,14 @@ class TrainConfig:
         m = self.checkpoint_every_minutes
         if isinstance(m, bool) or not isinstance(m, int | float) or not m >= 0:
             bad("checkpoint_every_minutes", m, "must be a number >= 0 (0 disables)")
+        if not isinstance(self.checkpoint_async, bool):
+            bad("checkpoint_async", self.checkpoint_async, "must be True or False")
+        m = self.checkpoint_continuous_s
+        if isinstance(m, bool) or not isinstance(m, int | float) or not m >= 0:
+            bad("checkpoint_continuous_s", m, "must be a number of seconds >= 0 (0 disables)")
+        m = self.preemption_window_s
+        if isinstance(m, bool) or not isinstance(m, int | float) or not m > 0:
+            bad("preemption_window_s", m, "must be a number of seconds > 0")
         r, s, lo, a, o = self.rollout, self.seeds, self.loss, self.advantage, self.optim
         positive_int("rollout.batch_prompts", r.batch_prompts)
         positive_int("rollout.group_size", r.group_size)

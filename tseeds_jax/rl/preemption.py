@@ -1,10 +1,13 @@
 """Stopping a run cleanly: SIGTERM / SIGINT / a cloud preemption notice -> checkpoint -> exit.
 
 A signal only sets a flag. At every step boundary all hosts exchange their flags (one allgather
-of two int32 per host; on one process the same code without the collective), so every host
+of four int32 per host; on one process the same code without the collective), so every host
 sees the same answer at the same step: the trainer checkpoints that step and stops. The same
-exchange carries host 0's decision that a time-based checkpoint is due (`every_minutes`), so
-hosts whose clocks differ still save the same steps.
+exchange carries host 0's decision that a time-based or continuous checkpoint is due
+(`every_minutes`, `continuous_s`), so hosts whose clocks differ still save the same steps, and
+whether a final save still fits in the preemption notice's window (`window_s`, `fits_window`):
+when it does not, the trainer only lets the write in flight commit and stops without starting
+another (docs/tpu.md, "What each event loses").
 
 Why not `jax.experimental.multihost_utils.reached_preemption_sync_point`: its notice comes from
 a C++ SIGTERM handler that JAX installs in `jax.distributed.initialize`; the Python handler
@@ -76,15 +79,29 @@ class PreemptionGuard:
                 if stop: raise guard.preempted(step, where)
 
     every_minutes: a time-based checkpoint is due when host 0 last saved (or started) this many
-    minutes ago; 0 disables. clock: seconds, monotonic (tests pass a fake one).
+    minutes ago; 0 disables. continuous_s: continuous checkpointing (as Orbax's
+    ContinuousCheckpointingPolicy, decided by host 0 in the same exchange): a checkpoint is also
+    due when no save is being written on host 0 (`agree(idle=...)`) and host 0 last saved at
+    least this many seconds ago; 0 disables. window_s: the time between a preemption notice and
+    the stop (GCE Spot: about 30 s); `agree` reports whether a final save fits in what is left of
+    it (`fits_window`). clock: seconds, monotonic (tests pass a fake one).
     """
 
     def __init__(self, hosts: hosts_lib.Hosts | None = None, *, every_minutes: float = 0.0,
+                 continuous_s: float = 0.0, window_s: float = 30.0,
                  clock=time.monotonic, watch: bool | None = None):
         if every_minutes < 0:
             raise ValueError(f"every_minutes={every_minutes!r}: must be >= 0 (0 disables)")
+        if continuous_s < 0:
+            raise ValueError(f"continuous_s={continuous_s!r}: must be >= 0 (0 disables)")
+        if not window_s > 0:
+            raise ValueError(f"window_s={window_s!r}: must be > 0 seconds")
         self.hosts = hosts or hosts_lib.Hosts.current()
         self.every_s = 60.0 * float(every_minutes)
+        self.continuous_s = float(continuous_s)
+        self.window_s = float(window_s)
+        self._notice_at: float | None = None  # clock() of this host's first PREEMPT flag
+        self.fits_window = True
         self.clock = clock
         self._code = NONE
         self._reason = ""
@@ -99,6 +116,8 @@ class PreemptionGuard:
     def request(self, code: int, reason: str) -> None:
         """Raises this host's flag (thread-safe; signal handlers and the watcher call it)."""
         with self._lock:
+            if code == PREEMPT and self._notice_at is None:
+                self._notice_at = self.clock()
             if code > self._code:
                 self._code, self._reason = code, reason
 
@@ -119,15 +138,28 @@ class PreemptionGuard:
                     f"step, with a checkpoint\n".encode())
 
     # ---- agreement ----
-    def agree(self) -> tuple[int, bool]:
-        """(stop code, timed checkpoint due), the same on every host. Collective: every host
-        calls it once per step boundary."""
-        due = int(self.hosts.index == 0 and self.every_s > 0
-                  and self.clock() - self._last_save >= self.every_s)
+    def agree(self, *, idle: bool = True, save_s: float = 0.0) -> tuple[int, bool]:
+        """(stop code, checkpoint due), the same on every host. Collective: every host calls it
+        once per step boundary.
+
+        idle: no checkpoint is being written on this host (continuous checkpointing: host 0's
+        value counts). save_s: how long a save takes until committed on this host (host 0's
+        value counts). Sets `fits_window`: on a preemption notice, whether `save_s` fits in what
+        is left of the notice window on every host (the host told first decides)."""
+        now = self.clock()
+        since = now - self._last_save
+        due = int(self.hosts.index == 0 and (
+            (self.every_s > 0 and since >= self.every_s)
+            or (self.continuous_s > 0 and idle and since >= self.continuous_s)))
         with self._lock:
-            mine = np.array([[self._code, due]], np.int32)
-        every = hosts_lib.gather_rows(mine, self.hosts).reshape(-1, 2)
+            # no notice (Ctrl-C, no stop at all): no deadline
+            left = 1e6 if self._notice_at is None else self.window_s - (now - self._notice_at)
+            # milliseconds, clipped: int32 rows
+            mine = np.array([[self._code, due, int(min(max(left, -1e6), 1e6) * 1000),
+                              int(min(max(save_s, 0.0), 1e6) * 1000)]], np.int32)
+        every = hosts_lib.gather_rows(mine, self.hosts).reshape(-1, 4)
         code = int(every[:, 0].max())
+        self.fits_window = bool(every[:, 2].min() >= every[0, 3])
         if code:
             with self._lock:
                 self.agreed_reason = self._reason if self._code == code else \

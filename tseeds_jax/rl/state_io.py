@@ -19,16 +19,30 @@ path and the run falls back to the newest step before it that does restore, with
 warning; the broken steps are moved to RUN_DIR/ckpt/corrupt/ so that they are never taken as the
 latest again (docs/tpu.md, "Preemption"). When no step restores, nothing is moved and
 `CheckpointError` lists every step's path and error.
+
+Only data errors set a step aside: truncated or missing files, arrays of another shape or dtype,
+unreadable metadata. An error of the storage or of the machine (I/O, a bucket's 5xx or 429, a
+timeout, an expired token or a refused permission, out of memory; `transient_reason`) says
+nothing about the checkpoint: the read is retried with exponential backoff (`RESTORE_RETRIES`
+attempts) and then the restore fails with `CheckpointUnavailableError`, moving nothing.
+
+Saves may be asynchronous (`async_save`; Orbax writes while the next steps run). The commit
+order holds: a step's seed-cache files are written before its Orbax save starts, and the files
+of older steps are removed only once every earlier save has committed (the next save, or
+`finish`, waits for the one in flight first).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import errno
 import io
 import json
 import logging
 import os
+import re
 import sys
+import time
 from typing import Any
 
 import jax
@@ -43,21 +57,93 @@ log = logging.getLogger(__name__)
 CORRUPT_DIR = "corrupt"
 
 
+RESTORE_RETRIES = 4  # attempts at a step whose read fails with a transient error
+RESTORE_BACKOFF_S = 2.0  # first wait between attempts; doubles each time (2, 4, 8 s)
+
+
 class CheckpointError(RuntimeError):
     """No committed checkpoint of the run restores; the message names each path and error."""
+
+
+class CheckpointUnavailableError(CheckpointError):
+    """A checkpoint could not be read for a reason that says nothing about its data (I/O,
+    timeout, auth, memory), after retries; nothing was set aside."""
+
+
+# Errors of the storage or the machine, not of the checkpoint's data. errno values of OSError:
+_TRANSIENT_ERRNO = {errno.EIO, errno.ETIMEDOUT, errno.ECONNRESET, errno.ECONNREFUSED,
+                    errno.ECONNABORTED, errno.EAGAIN, errno.ENOMEM, errno.EACCES, errno.EPERM,
+                    errno.EHOSTUNREACH, errno.ENETUNREACH, errno.ENETDOWN, errno.EPIPE,
+                    errno.ESTALE, errno.EREMOTEIO, errno.EBUSY}
+# Exception class names of the Google client libraries (not imported here: optional).
+_TRANSIENT_NAMES = {"RefreshError", "TransportError", "DefaultCredentialsError",
+                    "ServiceUnavailable", "InternalServerError", "BadGateway", "GatewayTimeout",
+                    "TooManyRequests", "DeadlineExceeded", "Unauthorized", "Forbidden",
+                    "RetryError", "ServerDisconnectedError", "ClientConnectionError"}
+# Status words of tensorstore / gRPC / XLA and HTTP codes in a message.
+_TRANSIENT_TEXT = re.compile(
+    r"\b(UNAVAILABLE|DEADLINE_EXCEEDED|RESOURCE_EXHAUSTED|PERMISSION_DENIED|UNAUTHENTICATED"
+    r"|ABORTED|out of memory|timed? ?out|HTTP (?:error )?(?:5\d\d|429|401|403)"
+    r"|(?:status|code)[ =:]+(?:5\d\d|429|401|403))\b", re.IGNORECASE)
+
+
+def transient_reason(exc: BaseException) -> str | None:
+    """Why `exc` (or an exception it was raised from) is an error of the storage or the machine
+    rather than of the checkpoint's data ("I/O", "timeout", "auth", "memory"), or None.
+
+    Data errors return None: FileNotFoundError, a truncated file, a shape or dtype mismatch,
+    unreadable JSON metadata."""
+    seen = set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        if isinstance(e, MemoryError):
+            return "memory"
+        if isinstance(e, TimeoutError):
+            return "timeout"
+        if isinstance(e, PermissionError):
+            return "auth"
+        if isinstance(e, ConnectionError):
+            return "I/O"
+        if isinstance(e, OSError) and not isinstance(e, FileNotFoundError | IsADirectoryError
+                                                     | NotADirectoryError):
+            if e.errno in _TRANSIENT_ERRNO:
+                return "memory" if e.errno == errno.ENOMEM else "I/O"
+        if type(e).__name__ in _TRANSIENT_NAMES:
+            return type(e).__name__
+        m = _TRANSIENT_TEXT.search(str(e))
+        if m:
+            return m.group(1)
+        e = e.__cause__ or e.__context__
+    return None
 
 
 class RunCheckpointer:
     def __init__(self, run_dir: str, *, keep_last: int = 2, response_width: int,
                  snapshots: bool = True, config_json: dict | None = None,
-                 commit_file: bool = False):
-        """commit_file: Orbax's gs:// commit regime (commit_success.txt) on any path."""
+                 commit_file: bool = False, async_save: bool | None = None,
+                 retries: int = RESTORE_RETRIES, backoff_s: float = RESTORE_BACKOFF_S,
+                 sleep=time.sleep):
+        """commit_file: Orbax's gs:// commit regime (commit_success.txt) on any path.
+        async_save: Orbax writes each step in the background (None: the run config's
+        `checkpoint_async`, off without one). retries, backoff_s, sleep: transient read errors
+        at restore (module doc)."""
+        if not isinstance(retries, int) or retries < 1:
+            raise ValueError(f"retries={retries!r}: must be an int >= 1")
+        self.config_json = config_json or {}
+        if async_save is None:
+            async_save = bool(self.config_json.get("checkpoint_async", False))
+        self.async_save = async_save
+        self.retries, self.backoff_s, self._sleep = retries, float(backoff_s), sleep
         self.ckpts = checkpoint.Checkpoints(os.path.join(run_dir, "ckpt"), keep_last=keep_last,
-                                            commit_file=commit_file, cleanup_tmp=True)
+                                            commit_file=commit_file, cleanup_tmp=True,
+                                            async_save=async_save)
         self.seed_dir = epath.Path(str(self.ckpts.directory)).parent / "seed_cache"
         self.response_width = response_width
         self.snapshots = snapshots
-        self.config_json = config_json or {}
+        # (step, start of its background write or None once timed) of the save in flight
+        self._pending: tuple[int, float | None] | None = None
+        self.last_blocking_s = self.last_write_s = 0.0
 
     # ---- the host-local seed cache ----
     def _seed_path(self, step: int, suffix: str) -> epath.Path:
@@ -128,15 +214,52 @@ class RunCheckpointer:
             name = f"nan-{step:08d}"
             self.ckpts.save_historical(name, {"train": state}, meta, overwrite=True)
             return str(self.ckpts.directory / checkpoint.HISTORICAL_DIR / name)
+        # The write in flight commits first: only then are older seed-cache files garbage.
+        self.finish(f"before the checkpoint of step {step}")
         if step not in self.ckpts.steps():
             self._write_seed_cache(step, cache)
             if extra:
                 self._write_extra(step, extra)
             checkpoint.test_save_delay(f"seed-cache-written step={step}")
+            t0 = time.perf_counter()
             self.ckpts.save(step, {"train": state}, meta)
-        self.ckpts.wait()
-        self._collect_seed_garbage()
+            # the background part of the write is timed from here (`saving`, `finish`)
+            self._pending = (step, time.perf_counter())
+            self.last_blocking_s = self._pending[1] - t0
+        if not self.async_save:
+            self.finish()
         return str(self.ckpts.directory / str(step))
+
+    def saving(self) -> bool:
+        """Whether an asynchronous save is still being written; records its write time once
+        it is done (`last_write_s`, an upper bound by the time between calls)."""
+        busy = self._pending is not None and self.ckpts.saving()
+        if self._pending is not None and not busy and self._pending[1] is not None:
+            self.last_write_s = time.perf_counter() - self._pending[1]
+            self._pending = (self._pending[0], None)  # measured
+        return busy
+
+    def finish(self, why: str = "") -> float:
+        """Waits for the save in flight to commit (reported when it had to wait), then removes
+        the seed-cache files of steps no longer kept; returns the seconds waited."""
+        waited = self.ckpts.wait()
+        if self._pending is not None:
+            step, start = self._pending
+            if start is not None:  # not yet measured by `saving`
+                self.last_write_s = time.perf_counter() - start
+            self._pending = None
+            if waited > 0.05 and why:
+                msg = (f"[tseeds] waited {waited:.1f} s for the checkpoint of step {step} to be "
+                       f"written ({why})")
+                log.info(msg)
+                print(msg, file=sys.stderr, flush=True)
+        self._collect_seed_garbage()
+        return waited
+
+    def estimate_save_s(self) -> float:
+        """Seconds a save takes until committed (the blocking part and the background write),
+        from the last ones measured; 0 before any."""
+        return self.last_blocking_s + self.last_write_s
 
     def save_behavior_snapshot(self, step: int, params) -> None:
         if self.snapshots:
@@ -153,24 +276,54 @@ class RunCheckpointer:
         target = {"train": checkpoint.abstract_target(state_template)}
         broken: list[tuple[int, str]] = []
         for step in reversed(self.ckpts.steps()):
-            try:
-                out, why = self._restore_step(step, target), ""
-            except Exception as e:  # noqa: BLE001 -- any failure: the message names it
-                out, why = None, f"{type(e).__name__}: {e}"
+            out, why, transient = self._restore_with_retries(step, target)
             # Every host must take the same step: a file that only one host reads may be bad.
-            ok = hosts_lib.gather_rows(np.array([out is not None], np.int32), hosts)
-            if ok.min():
+            # 1: restored, 0: a data error, 2: the storage or the machine failed.
+            code = 1 if out is not None else (2 if transient else 0)
+            codes = hosts_lib.gather_rows(np.array([code], np.int32), hosts)
+            if codes.max() == 2:
+                where = self.ckpts.directory / str(step)
+                who = np.flatnonzero(codes == 2).tolist()
+                raise CheckpointUnavailableError(
+                    f"{where}: could not be read on host(s) {who} after {self.retries} attempts"
+                    + (f" ({why})" if why else "") + "; an error of the storage or the "
+                    "machine (I/O, timeout, credentials, memory), not of the checkpoint: nothing "
+                    "was set aside. Fix access or memory and relaunch; the run resumes from it.")
+            if codes.min():
                 if broken:
                     self._set_aside(broken, step, hosts)
                 return out if with_extra else out[:4]
             if not why:
-                why = f"it does not restore on host(s) {np.flatnonzero(ok == 0).tolist()}"
+                why = f"it does not restore on host(s) {np.flatnonzero(codes == 0).tolist()}"
             broken.append((step, why))
         if broken:
             raise CheckpointError(
                 "no checkpoint of the run restores:\n" + "\n".join(
                     f"  {self.ckpts.directory / str(s)}: {why}" for s, why in broken))
         return None
+
+    def _restore_with_retries(self, step: int, target) -> tuple[tuple | None, str, bool]:
+        """(restored tuple or None, the error, whether it was transient) for one step: a
+        transient error (`transient_reason`) is retried with exponential backoff."""
+        wait = self.backoff_s
+        for attempt in range(1, self.retries + 1):
+            try:
+                return self._restore_step(step, target), "", False
+            except Exception as e:  # noqa: BLE001 -- classified below; the message names it
+                why = f"{type(e).__name__}: {e}"
+                kind = transient_reason(e)
+                if kind is None:
+                    return None, why, False
+                if attempt == self.retries:
+                    return None, f"{kind}: {why}", True
+                msg = (f"WARNING: reading checkpoint {self.ckpts.directory / str(step)} failed "
+                       f"({kind}: {why}); attempt {attempt}/{self.retries}, retrying in "
+                       f"{wait:g} s")
+                log.warning(msg)
+                print(msg, file=sys.stderr, flush=True)
+                self._sleep(wait)
+                wait *= 2
+        raise AssertionError("unreachable")
 
     def _restore_step(self, step: int, target) -> tuple:
         meta = self.ckpts.read_meta(step)

@@ -344,7 +344,10 @@ class Trainer:
         step may be half done: a refresh may have consumed prompts without caching seeds)."""
         c = self.cfg
         end = c.steps if steps is None else steps
-        guard = preemption.PreemptionGuard(self.hosts, every_minutes=c.checkpoint_every_minutes)
+        guard = preemption.PreemptionGuard(self.hosts, every_minutes=c.checkpoint_every_minutes,
+                                           continuous_s=c.checkpoint_continuous_s,
+                                           window_s=c.preemption_window_s)
+        ck = self.env.checkpointer
         try:
             with guard:
                 while self.step < end:
@@ -354,16 +357,31 @@ class Trainer:
                         self.writer.write(self.step - 1, metrics)
                     if progress is not None:
                         progress(self.step, end, metrics)
-                    stop, timed = guard.agree()  # collective: the same answer on every host
+                    # collective: the same answer on every host
+                    stop, timed = guard.agree(idle=ck is None or not ck.saving(),
+                                              save_s=0.0 if ck is None else ck.estimate_save_s())
                     every = c.checkpoint_every and self.step % c.checkpoint_every == 0
+                    if stop and not guard.fits_window and ck is not None and self.step < end:
+                        # A save would not commit before the stop: let the write in flight
+                        # commit and resume from it (docs/tpu.md, "What each event loses").
+                        ck.finish("preemption notice")
+                        last = ck.ckpts.latest_step()
+                        guard.agreed_reason += (f"; no time left in the {c.preemption_window_s:g}"
+                                                f" s notice window to save step {self.step}")
+                        raise guard.preempted(last or 0, stop, None if last is None else
+                                              str(ck.ckpts.directory / str(last)))
                     if stop or timed or every:
                         where = self._save()
                         guard.saved()
                     if stop and self.step < end:
+                        if ck is not None:
+                            ck.finish("stopping")
                         raise guard.preempted(self.step, stop, where)
         finally:
             self.writer.close()
         self._save()
+        if ck is not None:
+            ck.finish("end of training")
         return self.history
 
 
