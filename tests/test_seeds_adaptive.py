@@ -1,5 +1,6 @@
-"""The success_target selector inside the trainer: both loss variants, the seed metrics, and an
-exact resume with the selector's state (per-prompt estimates, calibration) in the checkpoint."""
+"""Adaptive selectors inside the trainer: both loss variants (success_target with state+action,
+mixture_spread with state), the seed metrics, and an exact resume with the selector's state
+(per-prompt estimates, calibration) in the checkpoint."""
 
 import jax
 import numpy as np
@@ -25,9 +26,10 @@ def _tracker_equal(a, b):
 def test_adaptive_seeds_in_both_loss_variants(tmp_path):
     from tseeds_jax.rl import losses
 
-    for variant in ("state+action", "state"):
+    for variant, rule in (("state+action", "success_target"), ("state", "mixture_spread")):
         tr = tiny_trainer(tmp_path / variant.replace("+", "_"),
-                          **ADAPTIVE, **{"seeds.refresh_interval": 3, "seeds.variant": variant})
+                          **{**ADAPTIVE, "seeds.truncation": rule, "seeds.refresh_interval": 3,
+                             "seeds.variant": variant})
         batches, real = [], tr.learner.update
 
         def spy(state, batch, _real=real, _seen=batches, **kw):
@@ -39,8 +41,10 @@ def test_adaptive_seeds_in_both_loss_variants(tmp_path):
         assert "zero_adv_group_frac/onpolicy" in hist[0]
         for m, batch in zip(hist[1:], batches[1:], strict=True):
             assert "zero_adv_group_frac/seeded" in m and len(m["calib/n"]) == 5
-            assert sum(m["calib/n"]) == 8  # every seeded sample has a prediction
-            assert 0 <= m["seeds/predicted_success"] <= 1
+            # calibration counts the informative predictions (strictly between 0 and 1) only
+            assert sum(m["calib/n"]) == 8 * m["seeds/informative_frac"]
+            if m["seeds/informative_frac"] > 0:
+                assert 0 < m["seeds/predicted_success"] < 1
             seed_BR = np.asarray(batch.seed_mask_BR) * np.asarray(batch.resp_mask_BR)
             assert seed_BR.sum() == m["seed_length"] * 8  # the chosen seeds reach the learner
             loss_BR = np.asarray(losses.seed_loss_mask(np.asarray(batch.resp_mask_BR), seed_BR,
