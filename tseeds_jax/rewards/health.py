@@ -24,7 +24,8 @@ def cause(details: dict) -> str:
     """One line: the failing step and OS error of a sandbox_error result's details."""
     err = details.get("sandbox_error")
     if isinstance(err, dict):
-        return f"{err.get('step')}: {err.get('error')}"
+        layer = f" (missing layer: {err['layer']})" if err.get("layer") else ""
+        return f"{err.get('step')}: {err.get('error')}{layer}"
     return str(details.get("stderr_tail") or details.get("error") or "no cause reported")
 
 
