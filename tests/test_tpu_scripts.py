@@ -498,6 +498,7 @@ def test_babysit_with_fake_gcloud(state, args, env, rc, verbs, stderr_has, state
     ("75 1", False, 1),  # a failure on any worker wins
     ("130 0", False, 1),  # Ctrl-C: a person stopped it
     ("0 0", False, 0),  # finished
+    ("137:killed 75:preempted", True, 0),  # SIGKILL that the worker did not trace to the OOM killer
 ])
 def test_babysit_relaunches_after_resume_code_only(codes, relaunch, rc, files, poisoned_path):
     proc = run("babysit.sh", "--dry-run", *fill(BABYSIT, files), "--simulate-exit-codes", codes,
@@ -511,6 +512,17 @@ def test_babysit_relaunches_after_resume_code_only(codes, relaunch, rc, files, p
     assert len(starts) == int(relaunch), cmds
     if rc == 1:
         assert "failed" in proc.stderr and codes in proc.stderr
+
+
+@pytest.mark.parametrize("codes", ["137:oom-killer 0", "75:preempted 137:oom-killer"])
+def test_babysit_does_not_relaunch_after_the_oom_killer(codes, files, poisoned_path):
+    proc = run("babysit.sh", "--dry-run", *fill(BABYSIT, files), "--simulate-exit-codes", codes,
+               *OVERRIDE, path=poisoned_path)
+    assert proc.returncode == 1, proc.stderr
+    cmds = [shlex.split(line) for line in proc.stdout.splitlines() if line.strip()]
+    assert not [c for c in cmds if RELAUNCHED.matches(c, files)], cmds
+    assert "out-of-memory killer" in proc.stderr and "not relaunching" in proc.stderr
+    assert codes.replace(":oom-killer", "").replace(":preempted", "") in proc.stderr
 
 
 def test_simulate_exit_codes_needs_dry_run_and_numbers(files, poisoned_path):
@@ -636,9 +648,52 @@ def test_worker_start_runs_trainer_in_background_with_shared_run_id(tmp_path):
                                                   for w, _ in workers):
         time.sleep(0.1)
     for worker, rc in workers:
-        assert (logs / f"worker-{worker}.exitcode").read_text().strip() == str(rc)
+        why = {0: "finished", 3: "error"}[rc]
+        assert (logs / f"worker-{worker}.exitcode").read_text().strip() == f"{rc} {why}"
         log = (logs / "a1" / f"worker-{worker}.log").read_text()
         assert f"env: run_id={RUN_ID} worker={worker}" in log
         assert (f"argv: train --config {home / 'cfg.py'} --config.run_dir={RUN_DIR} "
                 "--config.seeds.ratio=0.5") in log
         assert "a line on stderr" in log and f"train exited with code {rc}" in log
+
+
+# The trainer stand-in killed by SIGKILL; with FAKE_OOM=1 the kernel log (a file here) says the OOM
+# killer did it, naming the trainer's pid as the kernel does.
+FAKE_KILLED_TRAINER = r"""#!/usr/bin/env bash
+if [[ ${FAKE_OOM:-0} == 1 ]]; then
+  echo "[ 812.3] oom-kill:constraint=CONSTRAINT_NONE,task=tseeds,pid=$$,uid=1000" >>"$TSEEDS_KERNEL_LOG"
+  echo "[ 812.3] Out of memory: Killed process $$ (tseeds) total-vm:99999kB" >>"$TSEEDS_KERNEL_LOG"
+fi
+echo "[ 812.4] Out of memory: Killed process 1$$ (other)" >>"$TSEEDS_KERNEL_LOG"
+kill -KILL $$
+"""
+
+
+@pytest.mark.parametrize("oom, why", [(True, "oom-killer"), (False, "killed")])
+def test_worker_records_whether_the_oom_killer_stopped_the_trainer(oom, why, tmp_path):
+    home = tmp_path / "home"
+    (home / "venv" / "bin").mkdir(parents=True)
+    trainer = home / "venv" / "bin" / "tseeds"
+    trainer.write_text(FAKE_KILLED_TRAINER)
+    trainer.chmod(0o755)
+    (home / "cfg.py").write_text("def get_config():\n    return None\n")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "gcloud").write_text(FAKE_STORAGE)
+    (bindir / "gcloud").chmod(0o755)
+    gcs = tmp_path / "gcs"
+    log_dir = "gs://tseeds-logs/runs/exp-42/logs"
+    env = {"HOME": str(home), "FAKE_GCS": str(gcs), "TSEEDS_WORKER_ID": "0",
+           "TSEEDS_HOME": str(home / "state"), "FAKE_OOM": str(int(oom)),
+           "TSEEDS_KERNEL_LOG": str(tmp_path / "kern.log")}
+    proc = run("worker.sh", "start", "--run-id", RUN_ID, "--run-dir", RUN_DIR, "--log-dir",
+               log_dir, "--attempt", "a1", "--config", "cfg.py", "--venv", str(home / "venv"),
+               path=f"{bindir}{os.pathsep}{os.environ['PATH']}", extra_env=env, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    code = gcs / "tseeds-logs/runs/exp-42/logs/worker-0.exitcode"
+    deadline = time.monotonic() + 20
+    while time.monotonic() < deadline and not code.exists():
+        time.sleep(0.1)
+    assert code.read_text().strip() == f"137 {why}"
+    log = (gcs / "tseeds-logs/runs/exp-42/logs/a1/worker-0.log").read_text()
+    assert ("out-of-memory killer" in log) == oom, log

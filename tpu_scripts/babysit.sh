@@ -15,9 +15,11 @@ seconds and act on its state:
   ACTIVE / READY (healthy)     read LOG_DIR/worker-*.exitcode: all 0 -> training finished, exit 0;
                                only 0 and resume codes (75: the trainer checkpointed on SIGTERM
                                or a preemption notice; 143 / 137: killed by TERM / KILL before it
-                               could) -> relaunch (launch.sh --restart), it resumes; any other
-                               code (1: an error, 2: a bad config, 130: stopped with Ctrl-C) ->
-                               training failed, no relaunch, exit 1; none -> ask worker 0 over
+                               could) -> relaunch (launch.sh --restart), it resumes; 137 that
+                               the worker recorded as the kernel's OOM killer ("137 oom-killer")
+                               -> no relaunch (it would run out of memory again), exit 1; any
+                               other code (1: an error, 2: a bad config, 130: stopped with
+                               Ctrl-C) -> training failed, no relaunch, exit 1; none -> ask worker 0 over
                                ssh whether the trainer runs; if not (a fresh or rebooted slice)
                                -> setup.sh, launch.sh --restart
   PREEMPTED SUSPENDING SUSPENDED FAILED TERMINATED STOPPED, or not found (GONE)
@@ -44,7 +46,8 @@ babysit options:
   --simulate-state STATE    with --dry-run only: pretend the first poll returned STATE (e.g.
                             PREEMPTED, SUSPENDED, GONE, ACTIVE) to print that branch's commands
   --simulate-exit-codes "C..."  with --dry-run only: pretend the workers' exit-code files hold
-                            these codes (e.g. "75 0" or "1 0") to print what follows
+                            these codes (e.g. "75 0" or "1 0"; CODE:REASON for a recorded
+                            reason, e.g. "137:oom-killer 0") to print what follows
   --env FILE                defaults for all options above (NAME=, ZONE=, RUN_ID=, ...)
   --dry-run                 print the gcloud commands, one per line, and run nothing; implies
                             --once; without --simulate-state the slice counts as healthy
@@ -72,8 +75,8 @@ tpu_has simulate-state && ! ((TPU_DRY_RUN)) &&
   tpu_usage_error "--simulate-state works with --dry-run only (it would delete a real slice)"
 tpu_has simulate-exit-codes && ! ((TPU_DRY_RUN)) &&
   tpu_usage_error "--simulate-exit-codes works with --dry-run only"
-[[ ${OPT[simulate-exit-codes]:-0} =~ ^[0-9]+( [0-9]+)*$ ]] ||
-  tpu_usage_error "--simulate-exit-codes '${OPT[simulate-exit-codes]}': give exit codes separated by spaces, e.g. \"75 0\""
+[[ ${OPT[simulate-exit-codes]:-0} =~ ^[0-9]+(:[a-z-]+)?( [0-9]+(:[a-z-]+)?)*$ ]] ||
+  tpu_usage_error "--simulate-exit-codes '${OPT[simulate-exit-codes]}': give exit codes separated by spaces, e.g. \"75 0\" or \"137:oom-killer 0\""
 tpu_has restart && tpu_usage_error "--restart is implied: babysit.sh relaunches with --restart"
 poll_interval=$((10#${OPT[poll-interval]:-300}))
 max_retries=$((10#${OPT[max-retries]:-20}))
@@ -214,33 +217,38 @@ recover() {
 
 # `tseeds train` exit codes that mean "stopped early, resume me" (rl/preemption.py): 75 it
 # checkpointed on SIGTERM or a preemption notice; 143 / 137 (128 + TERM / KILL) it was killed
-# before its handler ran (during start-up) or without notice, and resumes from its last checkpoint.
+# before its handler ran (during start-up) or without notice, and resumes from its last checkpoint;
+# a 137 that the worker recorded as the OOM killer's is not relaunched (training_status).
 RESUME_CODES=(75 143 137)
 
-# Sets TRAINING to "finished" (all 0), "resume" (only 0 and resume codes), "failed" (any other
-# code) or "running" from the exit-code files that the workers upload when the trainer exits
-# (worker.sh); no file yet means the trainer is still running. CODES: the codes read.
+# Sets TRAINING to "finished" (all 0), "resume" (only 0 and resume codes), "oom" (a trainer
+# killed by the kernel's OOM killer, and no failure), "failed" (any other code) or "running" from
+# the exit-code files that the workers upload when the trainer exits (worker.sh: "CODE REASON");
+# no file yet means the trainer is still running. CODES: the codes read.
 training_status() {
   local -a cmd=(gcloud storage cat "$log_dir/worker-*.exitcode")
-  local out code
+  local out code reason
   TRAINING=running
   CODES=""
   if ((TPU_DRY_RUN)); then
     tpu_quote "${cmd[@]}"
     tpu_has simulate-exit-codes || return 0
     out=${OPT[simulate-exit-codes]// /$'\n'}
+    out=${out//:/ }
   else
     out=$("${cmd[@]}" 2>/dev/null) || return 0
   fi
   [[ -n $out ]] || return 0
   TRAINING=finished
-  while read -r code; do
+  while read -r code reason; do
     [[ -z $code ]] && continue
     CODES+="${CODES:+ }$code"
     if [[ $code == 0 ]]; then
       continue
+    elif [[ $reason == oom-killer ]]; then
+      [[ $TRAINING == failed ]] || TRAINING=oom
     elif in_list "$code" "${RESUME_CODES[@]}"; then
-      [[ $TRAINING == failed ]] || TRAINING=resume
+      [[ $TRAINING == failed || $TRAINING == oom ]] || TRAINING=resume
     else
       TRAINING=failed
     fi
@@ -289,6 +297,9 @@ step() {  # one poll and the action it calls for; returns 1 when an action faile
           ;;
         failed)
           tpu_die "training of run ${OPT[run-id]} failed (exit codes: $CODES); not relaunching: read the worker logs in $log_dir"
+          ;;
+        oom)
+          tpu_die "training of run ${OPT[run-id]} was killed by the kernel's out-of-memory killer on a worker (exit codes: $CODES); not relaunching: it would run out of host memory again. Lower host memory use (e.g. fewer checkpoints in flight, smaller rollout batches) and relaunch with launch.sh --restart; it resumes from its last checkpoint. Worker logs: $log_dir"
           ;;
         running)
           local alive=0

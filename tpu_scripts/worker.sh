@@ -195,6 +195,33 @@ cmd_start() {
   log "worker $wid: started run $id (pid $pid), log ${A[log-dir]}/$attempt/worker-$wid.log"
 }
 
+# Whether the kernel's OOM killer killed process $1: the kernel log names it ("Out of memory:
+# Killed process PID (...)" or "oom-kill:...,pid=PID,..."). Reads journalctl, dmesg or `sudo -n
+# dmesg`, whichever this user may; TSEEDS_KERNEL_LOG (tests) names a file that stands in for it.
+oom_killed() {
+  local pid=$1 text
+  if [[ -n ${TSEEDS_KERNEL_LOG:-} ]]; then
+    text=$(cat "$TSEEDS_KERNEL_LOG" 2>/dev/null) || true
+  else
+    text=$({ journalctl -k -q --no-pager --since=-6h; dmesg; sudo -n dmesg; } 2>/dev/null) || true
+  fi
+  grep -Eq "(Killed process ${pid}[^0-9]|oom-kill:.*[,:]pid=${pid}[^0-9])" <<<"$text"
+}
+
+# Why `tseeds train` (pid $2) exited with code $1, in one word (rl/preemption.py's exit codes):
+# finished, preempted (75: checkpointed on SIGTERM / a notice), interrupted (130: Ctrl-C),
+# terminated (143: TERM before its handler ran), oom-killer or killed (137: SIGKILL), error.
+exit_reason() {
+  case $1 in
+    0) printf 'finished' ;;
+    75) printf 'preempted' ;;
+    130) printf 'interrupted' ;;
+    143) printf 'terminated' ;;
+    137) if oom_killed "$2"; then printf 'oom-killer'; else printf 'killed'; fi ;;
+    *) printf 'error' ;;
+  esac
+}
+
 # The background runner: trainer with stdout+stderr in a per-worker log, uploaded every N seconds
 # and once more at exit, followed by an exit-code file that babysit.sh reads.
 cmd_run() {
@@ -236,14 +263,17 @@ cmd_run() {
   done
   set -e
   kill "$uploader" 2>/dev/null || true
-  local what=""
-  case $rc in
-    75) what=" (stopped on SIGTERM or a preemption notice after a checkpoint: resume)" ;;
-    137 | 143) what=" (killed by a signal: resume from the last checkpoint)" ;;
+  local what="" why
+  why=$(exit_reason "$rc" "$child")
+  case $why in
+    preempted) what=" (stopped on SIGTERM or a preemption notice after a checkpoint: resume)" ;;
+    killed) what=" (killed by a signal: resume from the last checkpoint)" ;;
+    oom-killer) what=" (killed by the kernel's out-of-memory killer: babysit.sh does not relaunch)" ;;
   esac
   printf '[%s] train exited with code %s%s at %s\n' "$PROG" "$rc" "$what" "$(date -u)" >>"$log"
   gcs_cp "$log" "$remote" >/dev/null 2>&1 || log "upload of $log to $remote failed"
-  printf '%s\n' "$rc" >"$dir/exitcode"
+  # "CODE REASON": babysit.sh relaunches on the code, except after the OOM killer.
+  printf '%s %s\n' "$rc" "$why" >"$dir/exitcode"
   gcs_cp "$dir/exitcode" "${A[log-dir]}/worker-$wid.exitcode" >/dev/null 2>&1 ||
     log "upload of the exit code to ${A[log-dir]} failed"
   return "$rc"
