@@ -1,6 +1,8 @@
-"""Reward throughput: sandboxed code rewards and math rewards per second, 1 vs N worker processes.
+"""Reward throughput: sandboxed code rewards and math rewards per second, 1 vs N worker processes,
+and programs per second of the allowlisted bubblewrap sandbox beside the previous (namespace,
+denylist) sandbox, run alternately in this one process on the same programs.
 
-Run: python benchmarks/bench_rewards.py [--n 256] [--workers 2] [--no-write]
+Run: python benchmarks/bench_rewards.py [--n 256] [--workers 2] [--sandbox-n 64] [--no-write]
 Rewrites the `rewards` section of docs/benchmarks.md (command, date, machine, numbers).
 Code: N short programs (1/4 correct stdin/stdout, 1/4 wrong output, 1/4 runtime error, 1/4 correct
 with asserts), two stdin/stdout tests each (all-or-nothing, so failing programs stop after one run).
@@ -19,6 +21,7 @@ import time
 from pathlib import Path
 
 from tseeds_jax import rewards
+from tseeds_jax.rewards import _legacy, sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
 ADD_IO = {"stdin_stdout": [["1 2\n", "3\n"], ["10 -4\n", "6\n"]]}
@@ -51,12 +54,38 @@ def _rate(name, responses, references, workers):
     return len(responses) / dt, res
 
 
+def _sandbox_rates(n: int) -> dict[str, float]:
+    """Programs/s of each sandbox on the same n programs (stdin/stdout kinds), interleaved in rounds
+    of 8 so that load from other jobs falls on both alike. This process is single-threaded."""
+    progs = [(r, "1 2\n") for r, _ in PROGRAMS[:3]] + [(PROGRAMS[3][0] + "\n" + ADD_ASSERT["asserts"], "")]
+    runners = {"bubblewrap (allowlisted root)": sandbox.run_program,
+               "previous (namespaces, denylist)": _legacy.run_program}
+    spent = dict.fromkeys(runners, 0.0)
+    for run in runners.values():  # warm-up: first fork and page-in
+        run(*progs[0])
+    done = 0
+    while done < n:
+        batch = [progs[(done + i) % len(progs)] for i in range(min(8, n - done))]
+        for name, run in runners.items():
+            t0 = time.perf_counter()
+            for src, data in batch:
+                res = run(src.split("```python\n")[-1].split("```")[0], data)
+                assert res.status in ("ok", "exit_nonzero"), (name, res)
+            spent[name] += time.perf_counter() - t0
+        done += len(batch)
+    return {name: n / t for name, t in spent.items()}
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=256)
     ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--sandbox-n", type=int, default=64)
     ap.add_argument("--no-write", action="store_true")
     args = ap.parse_args(argv)
+    sb = _sandbox_rates(args.sandbox_n)
+    for name, rate in sb.items():
+        print(f"sandbox {name}: {rate:.1f} programs/s")
     code = [PROGRAMS[i % len(PROGRAMS)] for i in range(args.n)]
     math_items = [MATH[i % len(MATH)] for i in range(args.n)]
     rows = []
@@ -80,7 +109,8 @@ def main(argv=None) -> int:
     lines = [
         "## Rewards",
         "",
-        f"Command: `python benchmarks/bench_rewards.py --n {args.n} --workers {args.workers}` — "
+        f"Command: `python benchmarks/bench_rewards.py --n {args.n} --workers {args.workers} "
+        f"--sandbox-n {args.sandbox_n}` — "
         f"{datetime.date.today().isoformat()}, {os.cpu_count()} CPU cores visible, "
         f"Python {platform.python_version()}, sandbox isolation {iso}.",
         "",
@@ -96,6 +126,18 @@ def main(argv=None) -> int:
             f"Speed-up {w} vs 1 worker: code {by[('code', w)] / by[('code', 1)]:.2f}x, "
             f"math {by[('math', w)] / by[('math', 1)]:.2f}x (shared machine; other jobs may compete).",
         ]
+    new, old = sb.values()
+    lines += [
+        "",
+        f"Sandbox alone, {args.sandbox_n} programs each, one process, sequential, interleaved rounds:",
+        "",
+        "| sandbox | programs/s |",
+        "|---|---|",
+        *[f"| {name} | {rate:.1f} |" for name, rate in sb.items()],
+        "",
+        f"Allowlisted vs previous: {new / old:.2f}x the previous sandbox's programs/s (issue 25 asks for "
+        "at least 1/1.5 = 0.67x).",
+    ]
     lines += [
         "",
         "Code: 1/4 correct (stdin/stdout), 1/4 wrong output, 1/4 runtime error, 1/4 correct (asserts); two "

@@ -271,3 +271,42 @@ def test_venv_on_a_read_only_bind_mount_under_the_hidden_home():
     finally:
         shutil.rmtree(m, ignore_errors=True)
         shutil.rmtree(d, ignore_errors=True)
+
+
+# --- extra read-only binds, and bad input ---
+
+
+def test_extra_binds_show_that_path_read_only_and_nothing_beside_it(tmp_path):
+    data = tmp_path / "task"
+    data.mkdir()
+    (data / "input.txt").write_text("42\n")
+    (tmp_path / "beside.txt").write_text("not for the program\n")
+    prog = (
+        f"print(open({str(data / 'input.txt')!r}).read().strip())\n"
+        f"for p, how in [({str(tmp_path / 'beside.txt')!r}, 'r'), ({str(data / 'input.txt')!r}, 'a'),"
+        f" ({str(data / 'new.txt')!r}, 'w')]:\n"
+        "    try:\n        open(p, how).write('x') if how != 'r' else open(p).read()\n"
+        "        print('ESCAPED', p)\n    except OSError:\n        pass\n"
+    )
+    ref = {"stdin_stdout": [["", "42"]]}
+    with workers(None):
+        assert rewards.score_result("code", prog, ref).reason == "runtime_error"  # not bound: not there
+        res = rewards.score_result("code", prog, ref, extra_binds=[str(data)])
+    assert res.reason == "correct", res
+    assert not (data / "new.txt").exists() and (data / "input.txt").read_text() == "42\n"
+
+
+def test_bad_sandbox_settings_name_the_field_and_value(tmp_path):
+    from tests.trainer_utils import tiny_cd
+    from tseeds_jax.rewards import sandbox
+    from tseeds_jax.rl.config import ConfigValueError, TrainConfig
+
+    with pytest.raises(ValueError, match="sandbox_extra_binds: 'relative/path' must be an existing absolute"):
+        sandbox.configure(extra_binds=["relative/path"])
+    with pytest.raises(TypeError, match="sandbox_allow_weak_isolation must be a bool, got 'yes'"):
+        sandbox.configure(allow_weak_isolation="yes")
+    d = tiny_cd(tmp_path).to_dict()
+    with pytest.raises(ConfigValueError, match="config.sandbox_allow_weak_isolation='yes'"):
+        TrainConfig.from_config(dict(d, sandbox_allow_weak_isolation="yes"))
+    with pytest.raises(ConfigValueError, match="sandbox_extra_binds.*'data' is not an absolute path"):
+        TrainConfig.from_config(dict(d, sandbox_extra_binds=("data",)))

@@ -1,4 +1,5 @@
-"""Run one untrusted Python program with limits and isolation (see docs/sandbox.md).
+"""The previous (namespace, denylist) sandbox: only under the switch `sandbox_allow_weak_isolation`
+when bubblewrap cannot build the allowlisted root, and beside it in benchmarks/bench_rewards.py.
 
 `run_program` must be called from a single-threaded process (it forks): the reward worker processes
 of `_pool` are such processes; `tseeds_jax.rewards.code` sends work there. Process tree per run:
