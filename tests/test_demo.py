@@ -17,8 +17,8 @@ def test_demo_quick_writes_report_and_checkpoints_evaluate(tmp_path, capsys):
     text = open(os.path.join(out, "report.md")).read()
     for section in SECTIONS:
         assert section in text, section
-    for label in ("On-policy DAPO", "Thinking Seeds (ratio", "Thinking Seeds (adaptive",
-                  "Value-model calibration", "On-policy DAPO, 4 mini-batches"):
+    for label in ("On-policy DAPO", "Thinking Seeds (ratio", "Thinking Seeds (mixture,",
+                  "Thinking Seeds (mixture + spread", "Value-model calibration", "Comparison:"):
         assert label in text, label
     assert os.path.exists(os.path.join(out, "plots", "accuracy.png"))
     assert os.path.exists(os.path.join(out, "plots", "relay.png"))
@@ -35,7 +35,7 @@ def test_demo_quick_writes_report_and_checkpoints_evaluate(tmp_path, capsys):
 def test_demo_rejects_unknown_methods(capsys):
     assert cli.main(["demo", "--methods", "dapo,ts_magic", "--out", "/nonexistent"]) == 2
     err = capsys.readouterr().err
-    assert "--methods='dapo,ts_magic'" in err and "ts_magic" in err and "ts_adaptive" in err
+    assert "--methods='dapo,ts_magic'" in err and "ts_magic" in err and "ts_mixture_spread" in err
 
 
 def test_demo_hard_task_settings_and_unknown_task(capsys):

@@ -1,9 +1,10 @@
 """`tseeds demo [--out DIR] [--quick]`: the embedded default experiment.
 
 Trains a character tokenizer, warm-starts a tiny decoder on worked chain-sum solutions (a base
-policy that is right sometimes but not always), then trains on-policy DAPO, Thinking Seeds
-(ratio truncation, adaptive seeds; entropy truncation with --methods) and the mini-batched
-DAPO baseline from that base for several training seeds, evaluates everything
+policy that is right sometimes but not always), then trains on-policy DAPO and Thinking Seeds
+(ratio truncation; the adaptive mixture and mixture_spread selectors; with --methods also the
+first adaptive rule, entropy truncation and the mini-batched DAPO baseline) from that base for
+5 training seeds (--seeds), on the default or the hard task (--task), evaluates everything
 on held-out problems (avg@n, pass@k, relay inference) and writes DIR/report.md with plots.
 No downloads; everything runs on CPU in one process.
 """
@@ -31,8 +32,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--resume", action="store_true",
                    help="keep runs under --out that finished with the same settings and base")
     p.add_argument("--methods", default=None,
-                   help="comma-separated methods to run (default dapo,ts_ratio,ts_adaptive,"
-                        "dapo_minibatch; also: ts_entropy)")
+                   help="comma-separated methods to run (default dapo,ts_ratio,ts_mixture,"
+                        "ts_mixture_spread; also: ts_adaptive, ts_entropy, dapo_minibatch)")
     return p
 
 
