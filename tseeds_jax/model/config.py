@@ -15,6 +15,8 @@ from typing import Any
 SUPPORTED_MODEL_TYPES = ("qwen2", "qwen3", "llama")
 SUPPORTED_ROPE_TYPES = ("default", "llama3", "linear")
 _DTYPES = ("float32", "bfloat16", "float16")
+# Kept equal to `tseeds_jax.model.attention.IMPLS` (tests/test_attention.py checks).
+ATTENTION_IMPLS = ("auto", "xla", "chunked", "splash", "cudnn")
 
 
 class ConfigError(ValueError):
@@ -26,7 +28,8 @@ class ModelConfig:
     """Architecture (HF field names) plus how to run it (param/compute dtype, remat).
 
     Fields after `max_position_embeddings` are HF metadata kept for round-tripping; the last
-    three (`param_dtype`, `dtype`, `remat`) are ours and never written to config.json.
+    four (`param_dtype`, `dtype`, `remat`, `attention_impl`) are ours and never written to
+    config.json.
     """
 
     model_type: str = "qwen2"
@@ -57,6 +60,9 @@ class ModelConfig:
     param_dtype: str = "float32"
     dtype: str = "float32"  # compute dtype of activations; logits and softmax stay float32
     remat: bool = False  # rematerialise each decoder layer in the backward pass
+    # Full-sequence attention (learner, statistics, prefill): "auto" | "xla" | "chunked" |
+    # "splash" | "cudnn"; see `tseeds_jax.model.attention`.
+    attention_impl: str = "auto"
 
     def __post_init__(self):
         def bad(field, value, why):
@@ -82,6 +88,8 @@ class ModelConfig:
         for name in ("param_dtype", "dtype"):
             if getattr(self, name) not in _DTYPES:
                 bad(name, getattr(self, name), f"expected one of {_DTYPES}")
+        if self.attention_impl not in ATTENTION_IMPLS:
+            bad("attention_impl", self.attention_impl, f"expected one of {ATTENTION_IMPLS}")
         if self.rope_theta <= 0:
             bad("rope_theta", self.rope_theta, "must be positive")
         rope = self.rope_scaling_dict
@@ -152,7 +160,8 @@ class ModelConfig:
         if hf.get("use_sliding_window"):
             raise ConfigError(f"{source}: use_sliding_window=True is unsupported")
         kwargs: dict[str, Any] = {}
-        names = {f.name for f in dataclasses.fields(cls)} - {"param_dtype", "dtype", "remat"}
+        names = {f.name for f in dataclasses.fields(cls)} - {"param_dtype", "dtype", "remat",
+                                                          "attention_impl"}
         for name in names:
             if name in hf and hf[name] is not None:
                 kwargs[name] = hf[name]

@@ -1,5 +1,8 @@
 """Building blocks of the decoder: RMSNorm, rotary embeddings, GQA attention, SwiGLU MLP.
 
+Full-sequence attention (no cache, or an empty one) goes through `attention.causal_attention`;
+the cached paths here (a prefill into a filled cache, the decode step) keep their own einsums.
+
 Letters: B batch, T new tokens, S key/cache length, D model width, H query heads, K kv heads,
 G = H // K query heads per kv head, E head dim, F MLP width.
 
@@ -16,12 +19,9 @@ import jax.numpy as jnp
 from flax import nnx
 
 from tseeds_jax.model.activations import constrain
+from tseeds_jax.model.attention import MASK_VALUE as _MASK_VALUE
+from tseeds_jax.model.attention import causal_attention
 from tseeds_jax.model.config import ModelConfig
-
-# Finite, so that a query row whose keys are all masked (a left-pad position) gives a uniform
-# softmax instead of NaN; such rows are ignored by every caller.
-_MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
-
 
 # Logical layouts of attention activations and of the KV cache (`KVCache.k_axes` / `v_axes`).
 _Q_AXES = ("batch", "length", "activation_heads", "head_dim")
@@ -128,12 +128,16 @@ class Attention(nnx.Module):
             self.q_norm = RMSNorm(e, cfg.rms_norm_eps, param_dtype=pd, axes=("head_dim",), rngs=rngs)
             self.k_norm = RMSNorm(e, cfg.rms_norm_eps, param_dtype=pd, axes=("head_dim",), rngs=rngs)
 
-    def __call__(self, x_BTD, rope, mask_BTS, cache_kv=None, write_B=None):
+    def __call__(self, x_BTD, rope, mask, cache_kv=None, write_B=None):
         """`rope`: (cos, sin) from `rope_tables`. Returns (out_BTD, (k_BSKE, v_BSKE) or None).
 
-        Without a cache the keys are this call's tokens (S == T). With `cache_kv` the new keys and
-        values are written into the cache rows at offsets `write_B` and attention runs over the
-        whole cache (S = cache length); `mask_BTS` says which entries each query may see.
+        Without a cache the keys are this call's tokens (S == T) and `mask` is valid_BT (bool
+        [B, T], False at padding) or None: causal attention through `attention.causal_attention`
+        (`cfg.attention_impl`). With `cache_kv` the new keys and values are written into the cache
+        rows at offsets `write_B`; `mask` None then says the cache held nothing before this call
+        (a prompt prefill, S == T): attention is causal over the new tokens, by the same entry
+        point. Otherwise attention runs over the whole cache (S = cache length) and `mask` is
+        mask_BTS, which entries each query may see.
         """
         cfg, dt = self.cfg, x_BTD.dtype
         q = constrain(_project(x_BTD, self.q.value.astype(dt)), *_Q_AXES)
@@ -147,19 +151,14 @@ class Attention(nnx.Module):
             q, k = self.q_norm(q), self.k_norm(k)
         q = apply_rope(q, rope)
         k = apply_rope(k, rope)
+        if cache_kv is not None and mask is None:
+            new_kv = self._write(*cache_kv, k, v, write_B)
+            return self._out(causal_attention(q, k, v, None, impl=cfg.attention_impl)), new_kv
         if cache_kv is not None and q.shape[1] == 1:
-            return self._decode_one(q, k, v, mask_BTS, cache_kv, write_B)
+            return self._decode_one(q, k, v, mask, cache_kv, write_B)
         if cache_kv is not None:
-            return self._prefill(q, k, v, mask_BTS, cache_kv, write_B)
-        b, t, h, e = q.shape
-        kh = k.shape[2]
-        q = q.reshape(b, t, kh, h // kh, e)
-        scores = jnp.einsum("btkge,bske->bkgts", q, k, preferred_element_type=jnp.float32)
-        scores = scores / math.sqrt(e)
-        scores = jnp.where(mask_BTS[:, None, None], scores, _MASK_VALUE)
-        probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-        out = jnp.einsum("bkgts,bske->btkge", probs, v).reshape(b, t, h, e)
-        return self._out(out), None
+            return self._prefill(q, k, v, mask, cache_kv, write_B)
+        return self._out(causal_attention(q, k, v, mask, impl=cfg.attention_impl)), None
 
     def _out(self, out_BTHE):
         out_BTHE = constrain(out_BTHE, *_Q_AXES)

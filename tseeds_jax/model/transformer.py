@@ -76,8 +76,8 @@ class DecoderLayer(nnx.Module):
         self.mlp_norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, param_dtype=pd, rngs=rngs)
         self.mlp = MLP(cfg, rngs=rngs)
 
-    def __call__(self, x_BTD, rope, mask_BTS, cache_kv=None, write_B=None):
-        attn, new_kv = self.attn(self.attn_norm(x_BTD), rope, mask_BTS, cache_kv, write_B)
+    def __call__(self, x_BTD, rope, mask, cache_kv=None, write_B=None):
+        attn, new_kv = self.attn(self.attn_norm(x_BTD), rope, mask, cache_kv, write_B)
         x_BTD = x_BTD + attn
         # The sampler's small cached calls (decode steps, short prefills) run gate and up as two
         # matmuls: measured faster on XLA:CPU below ~256 rows than one stacked [D, 2, F] matmul
@@ -125,19 +125,23 @@ class Transformer(nnx.Module):
         return self.lm_head.value
 
     def hidden(self, tokens_BT, positions_BT=None, attn_mask_BT=None, *, cache: KVCache | None = None,
-               lengths_B=None):
+               lengths_B=None, empty_cache: bool = False):
         """Final-normed hidden states [B, T, D] (compute dtype) and the updated cache (or None).
 
         positions_BT: RoPE positions; default 0..T-1 per row, or (without a cache) the running count
           of valid tokens when `attn_mask_BT` marks left padding, or (with a cache) `end_B + t`.
         attn_mask_BT: 1 for real tokens, 0 for padding (no-cache mode only).
         lengths_B: with a cache, how many of the T tokens of each row are real (default T).
+        empty_cache: the cache holds nothing yet and is exactly T long (a prompt prefill): the
+          new tokens are written at 0 and attend causally among themselves through
+          `attention.causal_attention` (splash on TPU) instead of over the cache.
         """
         # Activation layouts follow the mesh the inputs carry (see `activations`).
         with activations.scope(tokens_BT, self.embed.value):
-            return self._hidden(tokens_BT, positions_BT, attn_mask_BT, cache, lengths_B)
+            return self._hidden(tokens_BT, positions_BT, attn_mask_BT, cache, lengths_B,
+                                bool(empty_cache))
 
-    def _hidden(self, tokens_BT, positions_BT, attn_mask_BT, cache, lengths_B):
+    def _hidden(self, tokens_BT, positions_BT, attn_mask_BT, cache, lengths_B, empty_cache):
         cfg = self.cfg
         tokens_BT = jnp.asarray(tokens_BT)
         if tokens_BT.ndim != 2 or not jnp.issubdtype(tokens_BT.dtype, jnp.integer):
@@ -146,23 +150,33 @@ class Transformer(nnx.Module):
         b, t = tokens_BT.shape
         dt = jnp.dtype(cfg.dtype)
         if cache is None:
+            # Causal attention over the call's tokens; `mask` is which of them are real.
             idx = jnp.arange(t)
-            causal_TT = idx[:, None] >= idx[None, :]
             if attn_mask_BT is None:
-                mask_BTS = jnp.broadcast_to(causal_TT, (b, t, t))
+                mask = None
                 default_pos = jnp.broadcast_to(idx, (b, t))
             else:
-                valid_BT = jnp.asarray(attn_mask_BT).astype(bool)
-                mask_BTS = causal_TT[None] & valid_BT[:, None, :]
-                default_pos = jnp.maximum(jnp.cumsum(valid_BT, axis=-1) - 1, 0)
+                mask = jnp.asarray(attn_mask_BT).astype(bool)
+                default_pos = jnp.maximum(jnp.cumsum(mask, axis=-1) - 1, 0)
             write_B = None
+        elif empty_cache:
+            if attn_mask_BT is not None:
+                raise ValueError("attn_mask_BT is not used with a KV cache: rows are right-padded "
+                                 "and `lengths_B` gives each row's real length")
+            if cache.max_len != t:
+                raise ValueError(f"empty_cache=True needs a cache of exactly the T={t} new tokens, "
+                                 f"got cache length {cache.max_len}")
+            # Right-padded rows: a real query never reaches a padded key under the causal mask.
+            mask = None
+            write_B = jnp.zeros((b,), jnp.int32)
+            default_pos = jnp.broadcast_to(jnp.arange(t), (b, t))
         else:
             if attn_mask_BT is not None:
                 raise ValueError("attn_mask_BT is not used with a KV cache: rows are right-padded "
                                  "and `lengths_B` gives each row's real length")
             write_B = cache.end_B
             q_abs_BT = write_B[:, None] + jnp.arange(t)[None, :]
-            mask_BTS = jnp.arange(cache.max_len)[None, None, :] <= q_abs_BT[:, :, None]
+            mask = jnp.arange(cache.max_len)[None, None, :] <= q_abs_BT[:, :, None]
             default_pos = q_abs_BT
         # Default cached positions stay below the cache length: a table lookup (see rope_tables).
         table_len = cache.max_len if cache is not None and positions_BT is None else None
@@ -176,7 +190,7 @@ class Transformer(nnx.Module):
         new_k, new_v = [], []
         for i, layer in enumerate(self.layers):
             kv = None if cache is None else (cache.k[i], cache.v[i])
-            x_BTD, new_kv = run(layer, x_BTD, rope, mask_BTS, kv, write_B)
+            x_BTD, new_kv = run(layer, x_BTD, rope, mask, kv, write_B)
             if new_kv is not None:
                 new_k.append(new_kv[0])
                 new_v.append(new_kv[1])

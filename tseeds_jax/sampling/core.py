@@ -136,7 +136,9 @@ def prefill(graphdef, strategy, params, tokens_PT, length_P, key_P, budget_P, er
     model = merge(graphdef, params)
     p, t = tokens_PT.shape
     cache = KVCache.init(model.cfg, p, t)
-    hidden_PTD, cache = model.hidden(tokens_PT, cache=cache, lengths_B=length_P)
+    # The cache is fresh and T long: causal attention by the model's kernel (splash on TPU), no
+    # float32 [T, S] scores over the cache.
+    hidden_PTD, cache = model.hidden(tokens_PT, cache=cache, lengths_B=length_P, empty_cache=True)
     last_PD = hidden_PTD[jnp.arange(p), jnp.maximum(length_P - 1, 0)]
     logits_PV = model.logits(last_PD[:, None])[:, 0]
     token_P = strategy.sample(logits_PV, step_keys(key_P, jnp.zeros((p,), jnp.int32)))
