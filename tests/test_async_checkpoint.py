@@ -181,6 +181,24 @@ def test_async_save_returns_before_the_write_commits_and_keeps_commit_order(tmp_
     ck.ckpts.close()
 
 
+def test_async_historical_snapshot_is_written_in_the_background(tmp_path, monkeypatch):
+    monkeypatch.setenv(checkpoint.SAVE_DELAY_ENV, "0.5")
+    ck = checkpoint.Checkpoints(tmp_path / "ck", async_save=True)
+    ck.save_historical("behavior-00000003", _state(3), {"step": 3})
+    assert ck.historical_names() == []  # still being written: not listed
+    assert ck.wait() > 0.0
+    assert ck.historical_names() == ["behavior-00000003"]
+    tree, meta = ck.restore_historical("behavior-00000003", target=_state(0))
+    np.testing.assert_array_equal(tree["w"], _state(3)["w"])
+    assert meta == {"step": 3} and int(tree["n"]) == 3
+    with pytest.raises(FileExistsError, match="behavior-00000003"):
+        ck.save_historical("behavior-00000003", _state(4))
+    ck.save_historical("behavior-00000003", _state(4), overwrite=True)
+    ck.close()
+    np.testing.assert_array_equal(ck.restore_historical("behavior-00000003")[0]["w"],
+                                  _state(4)["w"])
+
+
 def test_config_turns_async_saves_on():
     from tseeds_jax.rl.config import ConfigValueError, TrainConfig, tiny_config
 

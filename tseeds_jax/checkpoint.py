@@ -105,6 +105,7 @@ def _unsavable(restored, target):
 
 
 SAVE_DELAY_ENV = "TSEEDS_TEST_SAVE_DELAY_S"
+ASYNC_TIMEOUT_S = 4 * 3600  # the longest an asynchronous write may take
 
 
 def test_save_delay(where: str) -> None:
@@ -230,12 +231,20 @@ class Checkpoints:
             raise ValueError(f"keep_last={keep_last!r}: must be a positive int or None (keep all)")
         self.directory = _path(directory)
         self.commit_file = commit_file
+        # A background write must end within the timeout (Orbax's default, 20 min, is short
+        # for a 100 GB state written to a bucket).
+        async_options = ocp.options.AsyncOptions(timeout_secs=ASYNC_TIMEOUT_S)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=keep_last, create=True, enable_async_checkpointing=async_save,
-            cleanup_tmp_directories=cleanup_tmp,
+            cleanup_tmp_directories=cleanup_tmp, async_options=async_options,
             temporary_path_class=_tmp_class(self.directory, commit_file))
         self._manager = ocp.CheckpointManager(self.directory, options=options,
                                               item_handlers=_item_handlers(True))
+        # Historical snapshots are written in the background too when saves are asynchronous.
+        self._historical = (ocp.AsyncCheckpointer(
+            _handler(True), async_options=async_options,
+            temporary_path_class=_tmp_class(self.directory, commit_file))
+            if async_save else None)
 
     # ---- numbered steps ----
     def save(self, step: int, state, meta: dict | None = None, *, force: bool = True) -> bool:
@@ -286,11 +295,18 @@ class Checkpoints:
 
     def save_historical(self, name: str, state, meta: dict | None = None, *,
                         overwrite: bool = False) -> epath.Path:
-        """Saves a named snapshot that `keep_last` never deletes; returns its path."""
+        """Saves a named snapshot that `keep_last` never deletes; returns its path. With
+        `async_save`, written in the background like the numbered steps (`wait()`)."""
         self.wait()
         path = self._historical_path(name)
         path.parent.mkdir(parents=True, exist_ok=True)
-        return save_pytree(path, state, meta, overwrite=overwrite, commit_file=self.commit_file)
+        if self._historical is None:
+            return save_pytree(path, state, meta, overwrite=overwrite,
+                               commit_file=self.commit_file)
+        if path.exists() and not overwrite:
+            raise FileExistsError(f"{path}: checkpoint already exists (pass overwrite=True)")
+        self._historical.save(path, args=_save_args(state, meta), force=overwrite)
+        return path
 
     def restore_historical(self, name: str, target=None) -> tuple[Any, dict]:
         path = self._historical_path(name)
@@ -315,20 +331,26 @@ class Checkpoints:
 
     # ---- lifecycle ----
     def saving(self) -> bool:
-        """Whether an asynchronous save is still being written (Orbax's view on this host)."""
+        """Whether an asynchronous save of a numbered step is still being written (Orbax's
+        view on this host)."""
         return bool(self._manager.is_saving_in_progress())
 
     def wait(self) -> float:
-        """Blocks until pending asynchronous saves are committed; returns the seconds waited.
-        A failed background write raises here."""
+        """Blocks until pending asynchronous saves (numbered and historical) are committed;
+        returns the seconds waited. A failed background write raises here."""
         t0 = time.perf_counter()
         self._manager.wait_until_finished()
         self._manager.check_for_errors()
+        if self._historical is not None:
+            self._historical.wait_until_finished()
+            self._historical.check_for_errors()
         return time.perf_counter() - t0
 
     def close(self) -> None:
-        self._manager.wait_until_finished()
+        self.wait()
         self._manager.close()
+        if self._historical is not None:
+            self._historical.close()
 
     def __enter__(self) -> Checkpoints:
         return self

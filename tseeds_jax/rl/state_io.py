@@ -213,6 +213,7 @@ class RunCheckpointer:
         if tag == "nan":
             name = f"nan-{step:08d}"
             self.ckpts.save_historical(name, {"train": state}, meta, overwrite=True)
+            self.ckpts.wait()  # the run stops on this error: the state must be on disk
             return str(self.ckpts.directory / checkpoint.HISTORICAL_DIR / name)
         # The write in flight commits first: only then are older seed-cache files garbage.
         self.finish(f"before the checkpoint of step {step}")
@@ -257,9 +258,10 @@ class RunCheckpointer:
         return waited
 
     def estimate_save_s(self) -> float:
-        """Seconds a save takes until committed (the blocking part and the background write),
-        from the last ones measured; 0 before any."""
-        return self.last_blocking_s + self.last_write_s
+        """Seconds a save started now takes until committed, from the last ones measured (0
+        before any): its blocking part and its write, after the write in flight if any."""
+        writes = 2 if self.saving() else 1
+        return self.last_blocking_s + writes * self.last_write_s
 
     def save_behavior_snapshot(self, step: int, params) -> None:
         if self.snapshots:

@@ -13,6 +13,7 @@ on-policy DAPO exactly.
 from __future__ import annotations
 
 import dataclasses
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -56,6 +57,18 @@ class TrainEnv:
     checkpointer: Any = None  # tseeds_jax.rl.state_io.RunCheckpointer or None
     ref_params: Any = None  # reference policy for the KL loss
     offpolicy: Any = None  # LUFFY trace source (tseeds_jax.rl.offpolicy) or None
+
+
+def stats_chunk_rows(rows: int, micro_batch_size: int, shards: int = 1) -> int:
+    """Global rows of one forward of the statistics pass (`Trainer._row_pass`; also what
+    `tseeds compile` compiles and `tseeds plan` counts): `micro_batch_size` rows (all `rows` when
+    0, never more than `rows`), rounded up to whole rows on each of the `shards` devices of the
+    mesh's batch axes (1: one device). The one implementation of the chunking."""
+    if rows < 0 or micro_batch_size < 0 or shards < 1:
+        raise ValueError(f"stats_chunk_rows: rows={rows}, micro_batch_size={micro_batch_size}, "
+                         f"shards={shards}: expected rows >= 0, micro_batch_size >= 0, shards >= 1")
+    chunk = min(micro_batch_size or rows, rows)
+    return -(-chunk // shards) * shards
 
 
 class Trainer:
@@ -114,8 +127,7 @@ class Trainer:
             return ((np.zeros((0,) + tail, np.int32 if topk else np.float32),
                      np.zeros((0,) + tail, np.float32)))
         shards = 1 if mesh is None else shards_of(mesh, "batch")
-        chunk = min(self.cfg.optim.micro_batch_size or n_max * parts, n_max * parts)
-        local = -(-chunk // shards) * shards // parts  # whole rows on every device (checked)
+        local = stats_chunk_rows(n_max * parts, self.cfg.optim.micro_batch_size, shards) // parts
         tok, att = _pad_rows(tokens_BT, attn_BT, -(-n_max // local) * local, self.env.pad_id)
 
         def put(x):
@@ -368,6 +380,8 @@ class Trainer:
                         last = ck.ckpts.latest_step()
                         guard.agreed_reason += (f"; no time left in the {c.preemption_window_s:g}"
                                                 f" s notice window to save step {self.step}")
+                        print(f"[tseeds] {guard.agreed_reason}: resuming from step {last}",
+                              file=sys.stderr, flush=True)
                         raise guard.preempted(last or 0, stop, None if last is None else
                                               str(ck.ckpts.directory / str(last)))
                     if stop or timed or every:
