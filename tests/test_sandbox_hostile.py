@@ -129,8 +129,12 @@ def run_all(ctx: dict) -> dict:
     deadline = time.monotonic() + 3.0  # killed processes may take a moment to be reaped
     while _leftovers(who) and time.monotonic() < deadline:
         time.sleep(0.05)
-    out["leftovers"] = [Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")[:100]
-                        for p in _leftovers(who) if os.path.exists(f"/proc/{p}")]
+    out["leftovers"] = []
+    for p in _leftovers(who):
+        try:
+            out["leftovers"].append(Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")[:100])
+        except OSError:
+            pass  # gone meanwhile
     return out
 
 
