@@ -81,7 +81,9 @@ def _program_child(cfg: dict, fds: dict) -> None:
         (resource.RLIMIT_NOFILE, limits.nofile, limits.nofile),
         (resource.RLIMIT_CORE, 0, 0),
     ]
-    if cfg["uid"] is not None:
+    if cfg["uid"] is not None or iso.get("user"):
+        # counted per user namespace: without one (and without a uid of its own) the limit would
+        # count every process of the trainer's user, so it is left to the caller's
         rl.append((resource.RLIMIT_NPROC, limits.nproc, limits.nproc))
     for what, soft, hard in rl:
         step(f"setrlimit {what}", resource.setrlimit, what, (soft, hard))
