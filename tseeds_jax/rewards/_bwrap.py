@@ -137,6 +137,15 @@ _STAGE: list[str] = []  # per worker process: the root-owned directory the launc
 
 def _stage_dir() -> str:
     if not _STAGE:
+        # empty mount points of workers that were killed (the pool kills a worker past its deadline)
+        tmp = tempfile.gettempdir()
+        for name in os.listdir(tmp):
+            pid = name.split("_")[2] if name.startswith("tseeds_bwrap_") and name.count("_") >= 3 else ""
+            if pid.isdigit() and not os.path.exists(f"/proc/{pid}"):
+                try:
+                    os.rmdir(os.path.join(tmp, name))
+                except OSError:
+                    pass
         d = tempfile.mkdtemp(prefix=f"tseeds_bwrap_{os.getpid()}_")
         os.chmod(d, 0o755)
         _STAGE.append(d)
