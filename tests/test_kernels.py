@@ -342,3 +342,28 @@ def test_pallas_on_a_mesh_runs_per_token_shard():
     for name, x, ref in zip(("logp", "entropy", "d_hidden", "d_unembed"), (logp, ent, dh, dw),
                             want):
         assert rel_err(x, ref) <= F32_TOL, (name, rel_err(x, ref))
+
+
+def test_d_unembed_is_reduce_scattered_not_all_reduced():
+    # Gradients move once (issue #24): d unembed leaves the kernel's shard_map reduce-scattered
+    # into D slices, never all-reduced at full [D, V] size. Read in the compiled HLO (CPU, 4 of the
+    # emulated devices); the values are checked by the test above.
+    import re
+
+    from jax.sharding import Mesh, NamedSharding
+    from jax.sharding import PartitionSpec as P
+
+    n = 40
+    mesh = Mesh(np.array(jax.devices()[:4]).reshape(2, 2), ("data", "fsdp"))
+    sds = lambda shape, dt, spec: jax.ShapeDtypeStruct(shape, dt, sharding=NamedSharding(mesh, spec))
+    args = (sds((n, D), jnp.float32, P(("data", "fsdp"), None)),
+            sds((D, V), jnp.float32, P("fsdp", None)), sds((n,), jnp.int32, P(("data", "fsdp"))))
+
+    def loss(h, w, t):
+        logp, ent = logprob_entropy(h, w, t, impl="pallas")
+        return jnp.sum(logp) + jnp.sum(ent)
+
+    hlo = jax.jit(jax.grad(loss, argnums=1)).lower(*args).compile().as_text()
+    scattered = re.findall(rf"f32\[{D // 4},{V}\]\S* reduce-scatter\(", hlo)
+    whole = re.findall(rf"f32\[{D},{V}\]\S* all-reduce(?:-start)?\(", hlo)
+    assert scattered and not whole, (scattered, whole)
