@@ -209,7 +209,10 @@ def world():
         srv.close()
         os.unlink(sock_path)
         shutil.rmtree(secret_dir, ignore_errors=True)
-        subprocess.run(["userdel", "-r", user], check=False, capture_output=True)
+        deadline = time.monotonic() + 5.0  # userdel refuses while the user's workers are exiting
+        while _leftovers(pw.pw_uid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        subprocess.run(["userdel", "-f", "-r", user], check=False, capture_output=True)
         subprocess.run(["groupdel", group], check=False, capture_output=True)
 
 
