@@ -256,3 +256,26 @@ def test_sigint_leaves_a_checkpoint_at_the_step_it_reports(tmp_path, cache_dir, 
     meta = checkpoint.Checkpoints(os.path.join(run_dir, "ckpt"), keep_last=None).read_meta(step)
     assert meta["step"] == step and meta["tag"] == ""
     assert _metrics(run_dir) == _metrics(reference)[:step]
+
+
+@pytest.mark.slow
+def test_sigkill_during_an_async_save_resumes_from_the_previous_committed_step(
+        tmp_path, cache_dir, reference):
+    """Asynchronous saves (config.checkpoint_async, on by default): the write of step 4 is held
+    in Orbax's background thread (the save-delay hook, 4 s) while training goes on; a SIGKILL
+    after the next step leaves step 4 uncommitted, and the run resumes from step 2, bitwise."""
+    run_dir = tmp_path / "run"
+    p = Proc(run_dir, cache_dir, TSEEDS_TEST_SAVE_DELAY_S="4")
+    mark = re.compile(r"orbax-uncommitted \S*/ckpt/4\.orbax-checkpoint-tmp")
+    p.wait_for(lambda: any(mark.search(x) for x in p.lines))
+    # the step after the save ran while step 4 was being written
+    p.wait_for(lambda: p.metric_lines() >= 5)
+    assert p.p.poll() is None, p.stderr[-2000:]
+    p.p.send_signal(signal.SIGKILL)
+    assert p.finish() == -signal.SIGKILL
+    assert _latest(run_dir) == 2, os.listdir(run_dir / "ckpt")
+    assert any(d.startswith("4.orbax-checkpoint-tmp") for d in os.listdir(run_dir / "ckpt"))
+    p = Proc(run_dir, cache_dir)
+    assert p.finish() == 0, p.stderr[-3000:]
+    assert "resumed from step 2" in p.out
+    assert_same_run(run_dir, reference)

@@ -118,12 +118,21 @@ def test_save_delay(where: str) -> None:
         time.sleep(delay)
 
 
+WRITE_LATENCY_ENV = "TSEEDS_TEST_WRITE_LATENCY_S"
+
+
 class _MetaHandler(ocp.JsonCheckpointHandler):
     """The meta item's handler; its `finalize` runs when every item is written to the
-    temporary directory and before Orbax commits it: the test delay hook goes there."""
+    temporary directory and before Orbax commits it (in Orbax's background thread when saves
+    are asynchronous): the test hooks go there. TSEEDS_TEST_SAVE_DELAY_S: see
+    `test_save_delay`. TSEEDS_TEST_WRITE_LATENCY_S (tests, benchmarks/bench_checkpoint.py): a
+    slowed filesystem, every checkpoint write takes that many seconds longer, silently."""
 
     def finalize(self, directory) -> None:
         test_save_delay(f"orbax-uncommitted {directory}")
+        latency = float(os.environ.get(WRITE_LATENCY_ENV, "0") or 0)
+        if latency > 0:
+            time.sleep(latency)
         super().finalize(directory)
 
 
@@ -296,8 +305,10 @@ class Checkpoints:
     def save_historical(self, name: str, state, meta: dict | None = None, *,
                         overwrite: bool = False) -> epath.Path:
         """Saves a named snapshot that `keep_last` never deletes; returns its path. With
-        `async_save`, written in the background like the numbered steps (`wait()`)."""
-        self.wait()
+        `async_save`, written in the background like the numbered steps (`wait()`), without
+        waiting for a numbered step in flight."""
+        if self._historical is None:
+            self.wait()
         path = self._historical_path(name)
         path.parent.mkdir(parents=True, exist_ok=True)
         if self._historical is None:
