@@ -144,11 +144,3 @@ def gather_logprobs(hidden_ND, unembed_DV, ids_NK, *, temperature: float = 1.0,
     return _sweep(hidden_ND, unembed_DV, ids_NK, k=0, temperature=float(temperature),
                   block_n=int(block_n), block_v=int(block_v))[2]
 
-
-def topk_logprobs_naive(hidden_ND, unembed_DV, k: int, *, temperature: float = 1.0):
-    """Reference: full [N, V] log-softmax, then `lax.top_k` (tests and tiny inputs only)."""
-    _check(hidden_ND, unembed_DV, k, None, temperature)
-    z = jnp.dot(hidden_ND, unembed_DV, preferred_element_type=jnp.float32) / temperature
-    lp = jax.nn.log_softmax(z.astype(jnp.float32), axis=-1)
-    top, ids = lax.top_k(lp, k)
-    return ids.astype(jnp.int32), top

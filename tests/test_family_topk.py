@@ -2,7 +2,9 @@
 
 import numpy as np
 import pytest
-from tseeds_jax.kernels.topk import gather_logprobs, topk_logprobs, topk_logprobs_naive
+from tseeds_jax.kernels.topk import gather_logprobs, topk_logprobs
+
+from tests.topk_reference import topk_logprobs_naive
 
 
 def _ref(h, w, k, ids=None, temperature=1.0):

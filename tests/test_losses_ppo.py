@@ -144,10 +144,11 @@ def test_micro_batches_sum_exactly_to_full_batch(name, mode):
                                rtol=1e-5, atol=1e-6)
 
 
-def _verl_head_sum_norm(L_BT, m_BT, loss_scale):
-    """verl HEAD `agg_loss(..., "seq-mean-token-sum-norm", loss_scale_factor)` restated in float64:
-    the mean over rows that have a valid token of Σ_t L·m, divided by the constant. Returns the
-    value and its derivative with respect to each L[i, t] (the aggregation is linear)."""
+def _dr_grpo_sum_norm(L_BT, m_BT, loss_scale):
+    """Dr. GRPO's aggregation (arXiv:2503.20783; the row mean verl's `agg_loss` adopted later, not
+    verl b178a3c, which sums rows) restated in float64: the mean over rows that have a valid
+    token of Σ_t L·m, divided by the constant. Returns the value and its derivative with respect to
+    each L[i, t] (the aggregation is linear)."""
     keep_B = m_BT.sum(-1) > 0
     n_rows = max(int(keep_B.sum()), 1)
     value = (L_BT * m_BT).sum(-1)[keep_B].sum() / n_rows / loss_scale
@@ -155,15 +156,15 @@ def _verl_head_sum_norm(L_BT, m_BT, loss_scale):
 
 
 @pytest.mark.parametrize("loss_scale", [None, 11.0])
-def test_seq_mean_token_sum_norm_is_verl_head(loss_scale):
-    """Value and gradient vs verl HEAD's formula, an empty row included, whole and in micro-batches:
+def test_seq_mean_token_sum_norm_is_dr_grpo_row_mean(loss_scale):
+    """Value and gradient vs Dr. GRPO's row-mean formula, an empty row included, whole and in micro-batches:
     the loss is a mean over sequences, so it does not grow with the number of rows."""
     mode = "seq-mean-token-sum-norm"
     with jax.enable_x64(True):
         lp, olp, A, m = make_batch(11, B=6, T=7)
         assert (m.sum(-1) == 0).sum() == 1  # one row with no token
         L, g, *_ = ref_vanilla_tokens(lp, olp, np.broadcast_to(A[:, None], lp.shape), 0.2, 0.28, 3.0)
-        want, dL = _verl_head_sum_norm(L, m, m.shape[-1] if loss_scale is None else loss_scale)
+        want, dL = _dr_grpo_sum_norm(L, m, m.shape[-1] if loss_scale is None else loss_scale)
         want_grad = g * dL
 
         def whole(x):

@@ -15,7 +15,8 @@ accumulation loop and again loses the remat ordering (measured; see docs/scale.m
 
 import pytest
 
-from tseeds_jax.scale import plan, xla_measure
+from tests import xla_measure
+from tseeds_jax.scale import plan
 
 TOLERANCE = 0.20  # the acceptance bound of the planner (docs/scale.md)
 

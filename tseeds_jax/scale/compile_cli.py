@@ -67,19 +67,27 @@ def markdown(res, plan=None) -> str:
              f"{s['mesh']}, HBM {_gib(s['hbm_bytes'])} GiB/device, usable "
              f"{_gib(s['usable_bytes'])} GiB", "",
              "| program | phase | argument | output | temp | code | peak (+ live outside) "
-             "| fits | TFLOP | GB accessed | compile s |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| fits | TFLOP | GB accessed | GB collectives | ICI ms | compile s |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for c in res.compiled:
         m = c.memory
         lines.append(
             f"| {c.name} | {c.phase} | {_gib(m['argument'])} | {_gib(m['output'])} | "
             f"{_gib(m['temp'])} | {_gib(m['code'])} | {_gib(c.peak)} (+{_gib(c.extra_live)}) | "
             f"{'yes' if c.peak <= res.usable else '**NO**'} | {c.flops / 1e12:.3g} | "
-            f"{c.bytes_accessed / 1e9:.3g} | {c.compile_s:.1f} |")
+            f"{c.bytes_accessed / 1e9:.3g} | {c.ici_bytes / 1e9:.3g} | "
+            f"{s['programs_ici_s'].get(c.name, 0.0) * 1e3:.3g} | {c.compile_s:.1f} |")
     lines += ["", "GiB per device; peak = argument + output - alias + temp + code + bytes alive "
-              "outside the program in that phase (train state during sampling, ...).", ""]
+              "outside the program in that phase (train state during sampling, ...). TFLOP, GB "
+              "accessed and GB collectives (bytes one device sends) per device, every loop "
+              "counted with its trips (hlo_cost); ICI ms = collectives over half the chip's "
+              "bidirectional ICI bandwidth.", ""]
     for c in res.compiled:
-        lines.append(f"- {c.name}: {c.note}")
+        kinds = ", ".join(f"{k} {v / 1e9:.3g} GB x{c.collective_counts.get(k, 0)}"
+                          for k, v in sorted(c.collective_bytes.items()))
+        lines.append(f"- {c.name}: {c.note}" + (f"; collectives: {kinds}" if kinds else "")
+                     + (f"; loops of unknown trip count (counted once): {c.unknown_loops}"
+                        if c.unknown_loops else ""))
     lines.append("")
     peaks = ", ".join(f"{ph} {_gib(v)}" for ph, v in s["phase_peak"].items())
     lines.append(f"peak per phase (GiB/device): {peaks}")
@@ -87,10 +95,15 @@ def markdown(res, plan=None) -> str:
         lines.append(plan_line(res, plan))
     if "learner_roofline_s" in s:
         lines.append(f"learner update roofline: {s['learner_roofline_s']:.3f} s, MFU bound "
-                     f"{s['learner_mfu_bound']:.2f} ({s['chip']}: {s['chip_source']})")
+                     f"{s['learner_mfu_bound']:.2f}; with collectives ({s['learner_ici_s']:.3f} s "
+                     f"ICI): overlapped {s['learner_roofline_ici_overlapped_s']:.3f} s, serial "
+                     f"{s['learner_roofline_ici_serial_s']:.3f} s, MFU bound (serial) "
+                     f"{s['learner_mfu_bound_ici_serial']:.2f} ({s['chip']}: {s['chip_source']})")
     if "decode_step_roofline_s" in s:
         lines.append(f"decode step roofline: {s['decode_step_roofline_s'] * 1e3:.2f} ms; decode "
-                     f"bound {s['decode_tokens_per_s_per_chip_bound']:.0f} tokens/s per chip")
+                     f"bound {s['decode_tokens_per_s_per_chip_bound']:.0f} tokens/s per chip; "
+                     f"with collectives ({s['decode_step_ici_s'] * 1e3:.2f} ms ICI, serial) "
+                     f"{s['decode_tokens_per_s_per_chip_bound_ici_serial']:.0f} tokens/s per chip")
     if "seeded_over_onpolicy" in s:
         a = s["ratio_assumed"]
         lines.append(f"roofline step time: on-policy {s['onpolicy_step_s']:.1f} s, Thinking Seeds "
@@ -103,9 +116,14 @@ def markdown(res, plan=None) -> str:
 
 
 def plan_line(res, plan) -> str:
-    comp = max(res.phase_peak(ph) for ph in ("learner", "stats", "sampler"))
-    return (f"per-device peak: plan {_gib(plan.peak_bytes)} GiB ({plan.peak_phase}), compiled "
-            f"{_gib(comp)} GiB: plan / compiled = {plan.peak_bytes / comp:.3f}")
+    """Plan / compiled per phase (plan_cli.compare), each ratio, phases outside +-15% flagged."""
+    from tseeds_jax.scale import plan_cli
+
+    c = plan_cli.compare(plan, res)
+    parts = [f"{ph} {_gib(r['plan'])} / {_gib(r['compiled'])} = {r['ratio']:.3f}"
+             + ("" if r["within"] else " (OUTSIDE)") for ph, r in c["phases"].items()]
+    return (f"plan / compiled per phase (GiB/device, +-{c['tolerance']:.0%}): "
+            + "; ".join(parts))
 
 
 def main(argv: list[str]) -> int:
@@ -142,7 +160,13 @@ def main(argv: list[str]) -> int:
         print(f"tseeds compile: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
     broken = [(n, e) for n, kind, e in res.failures if kind == "compile"]
-    if broken:
+    unpartitioned = res.pallas_failures
+    if unpartitioned:
+        n, _, e = unpartitioned[0]
+        print(f"tseeds compile: does not fit: {len(unpartitioned)} program(s) cannot use the "
+              f"Pallas kernel the run would use (kernel 'auto' = Pallas on TPU) on "
+              f"{res.target.topology}, first {n}: {e[:200]}; nothing written", file=sys.stderr)
+    elif broken:
         print(f"tseeds compile: {len(broken)} program(s) failed to compile, first "
               f"{broken[0][0]}: {broken[0][1][:200]}; nothing written", file=sys.stderr)
     elif not res.fits:
@@ -155,7 +179,10 @@ def main(argv: list[str]) -> int:
         out = dict(programs=[c.to_dict() for c in res.compiled], summary=res.summary(),
                    failures=[dict(program=n, kernel_impl=i, error=e) for n, i, e in res.failures])
         if plan is not None:
+            from tseeds_jax.scale import plan_cli
+
             out["plan_peak_bytes"] = plan.peak_bytes
+            out["plan_vs_compiled"] = plan_cli.compare(plan, res)
         print(json.dumps(out, indent=1, default=str))
     else:
         print(markdown(res, plan))

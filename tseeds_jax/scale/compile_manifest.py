@@ -158,19 +158,6 @@ def check_manifest(out: str, cd, *, topology: str | None = None,
     return manifest
 
 
-def lowered_fingerprints(cd, *, topology: str | None = None, only=None) -> dict[str, str]:
-    """sha256 of every program's lowered HLO for `cd` now (lowering only, no compile): what a
-    launch passes to `check_manifest(hlo_sha256=...)`."""
-    from tseeds_jax.scale import compile_programs as cp
-    from tseeds_jax.scale import compile_run
-
-    t = compile_run.make_target(cd, topology=topology)
-    out = {}
-    for prog in compile_run.programs_for(t, only or cp.PHASES):
-        out[prog.name] = cp.lower(prog, t.family)[1]
-    return out
-
-
 def _impl(entry: dict[str, Any]) -> str:
     """The kernel a manifest program was compiled with (compile_run retries with "chunked")."""
     return "chunked" if "kernel_impl=chunked" in entry.get("note", "") else "pallas"

@@ -46,9 +46,6 @@ class Program:
     lower: Any  # () -> jax.stages.Lowered
     extra_live: int = 0
     analytic_flops: float = 0.0  # FLOPs inside Pallas calls (the compiler does not count them)
-    # XLA's cost analysis counts a while loop's body once: the update's micro-batch scan runs
-    # `loop_trips` times (its body dominates the program's FLOPs and bytes)
-    loop_trips: int = 1
 
 
 @dataclasses.dataclass
@@ -58,12 +55,22 @@ class Compiled:
     note: str
     memory: dict[str, int]  # argument, output, alias, temp, code (bytes per device)
     extra_live: int
-    flops: float  # compiler's count + analytic Pallas FLOPs (per device)
-    compiler_flops: float
-    bytes_accessed: float
+    flops: float  # loop-aware count of the optimized HLO + analytic Pallas FLOPs (per device)
+    compiler_flops: float  # XLA's cost_analysis(): loop bodies counted once
+    bytes_accessed: float  # loop-aware HBM bytes of the optimized HLO (hlo_cost)
     compile_s: float
     executable: Any = None
     hlo_sha256: str = ""
+    compiler_bytes: float = 0.0  # XLA's cost_analysis(): loop bodies counted once
+    matmul_flops: float = 0.0  # the matmuls' share of `flops` (loop-aware) + analytic Pallas FLOPs
+    collective_bytes: dict = dataclasses.field(default_factory=dict)  # kind -> bytes sent
+    collective_counts: dict = dataclasses.field(default_factory=dict)  # kind -> executions
+    pallas_calls: dict = dataclasses.field(default_factory=dict)  # Pallas kernel -> executions
+    unknown_loops: list = dataclasses.field(default_factory=list)
+
+    @property
+    def ici_bytes(self) -> float:
+        return float(sum(self.collective_bytes.values()))
 
     @property
     def footprint(self) -> int:
@@ -77,9 +84,13 @@ class Compiled:
     def to_dict(self) -> dict[str, Any]:
         return dict(name=self.name, phase=self.phase, note=self.note, memory=self.memory,
                     footprint=self.footprint, extra_live=self.extra_live, peak=self.peak,
-                    flops=self.flops, compiler_flops=self.compiler_flops,
-                    bytes_accessed=self.bytes_accessed, compile_s=round(self.compile_s, 2),
-                    hlo_sha256=self.hlo_sha256)
+                    flops=self.flops, matmul_flops=self.matmul_flops,
+                    compiler_flops=self.compiler_flops,
+                    bytes_accessed=self.bytes_accessed, compiler_bytes=self.compiler_bytes,
+                    collective_bytes=self.collective_bytes, ici_bytes=self.ici_bytes,
+                    collective_counts=self.collective_counts, unknown_loops=self.unknown_loops,
+                    pallas_calls=self.pallas_calls,
+                    compile_s=round(self.compile_s, 2), hlo_sha256=self.hlo_sha256)
 
 
 @dataclasses.dataclass
@@ -223,7 +234,7 @@ def learner_programs(t: Target, learner, state, kernel_impl: str) -> list[Progra
         f"Learner._update: {n} sequences x T={p + r}, {o.mini_batches} mini-batch(es) of "
         f"{n // o.mini_batches}, micro-batches of {micro}, {o.epochs} epoch(s)",
         functools.partial(learner._update.lower, state, batch, rng, stare), extra_live=extra,
-        analytic_flops=kern, loop_trips=trips)]
+        analytic_flops=kern)]
 
 
 def stats_rows(t: Target, placement: str) -> tuple[int, str]:
@@ -242,11 +253,12 @@ def stats_rows(t: Target, placement: str) -> tuple[int, str]:
         passes.append(("pi_old recompute", n))
     if not passes:
         return 0, ""
+    from tseeds_jax.rl.trainer import stats_chunk_rows
+
     hosts = 1 if placement == "sharded" else t.num_hosts
     total = max(x for _, x in passes) // hosts
-    chunk = min(cfg.optim.micro_batch_size or total, total)
-    if placement == "sharded":
-        chunk = -(-chunk // t.batch_shards) * t.batch_shards  # whole rows per device
+    chunk = stats_chunk_rows(total, cfg.optim.micro_batch_size,
+                             t.batch_shards if placement == "sharded" else 1)
     return chunk, ", ".join(name for name, _ in passes)
 
 
@@ -481,8 +493,13 @@ def compile_program(prog: Program, *, generation: str | None = None, keep: bool 
     mem = dict(argument=int(m.argument_size_in_bytes), output=int(m.output_size_in_bytes),
                alias=int(m.alias_size_in_bytes), temp=int(m.temp_size_in_bytes),
                code=int(m.generated_code_size_in_bytes))
+    from tseeds_jax.scale.hlo_cost import hlo_cost
+
     flops, nbytes = cost(exe)
-    k = prog.loop_trips
+    hc = hlo_cost(exe.as_text())
     return Compiled(prog.name, prog.phase, prog.note, mem, int(prog.extra_live),
-                    flops * k + prog.analytic_flops, flops, nbytes * k, dt, exe if keep else None,
-                    hlo)
+                    hc.flops + prog.analytic_flops, flops, hc.bytes_accessed, dt,
+                    exe if keep else None, hlo, compiler_bytes=nbytes,
+                    matmul_flops=hc.matmul_flops + prog.analytic_flops,
+                    collective_bytes=hc.collective_bytes, collective_counts=hc.collective_counts,
+                    unknown_loops=hc.unknown_loops, pallas_calls=hc.pallas_calls)

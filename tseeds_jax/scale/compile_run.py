@@ -2,8 +2,11 @@
 prints (per-phase peaks, fit, roofline step times, decode bound, seeded / on-policy ratio).
 
 Roofline: a program takes at least max(FLOPs / peak FLOP/s, bytes accessed / HBM bandwidth) on
-one chip (per-device numbers of the partitioned program; collectives not counted), so the times
-are lower bounds and the MFU bound is the learner's FLOPs over the time that bound allows.
+one chip (per-device numbers of the partitioned program, counted loop by loop from its optimized
+HLO: `hlo_cost`), so the times are lower bounds and the MFU bound is the learner's FLOPs over the
+time that bound allows. Collectives: the bytes a device sends (`hlo_cost`'s ring convention) over
+half the chip's bidirectional ICI bandwidth (`hardware.chip`) give an ICI time; "overlapped" is
+max(compute, HBM, ICI) (a lower bound), "serial" is max(compute, HBM) + ICI (no overlap).
 Step times assume every response runs to `max_response_len` (an upper bound on the decode work).
 """
 
@@ -105,19 +108,26 @@ class Result:
         return max(self.compiled, key=lambda c: c.peak)
 
     @property
+    def pallas_failures(self) -> list:
+        """Programs whose Pallas kernel XLA could not partition for this target."""
+        return [f for f in self.failures if f[1] == "pallas"]
+
+    @property
     def fits(self) -> bool:
-        """Every program compiled and fits (a program XLA could not compile does not)."""
-        return (all(c.peak <= self.usable for c in self.compiled)
-                and not any(kind == "compile" for _, kind, _ in self.failures))
+        """Every program compiled, with the kernel a run uses, and fits. A program XLA could not
+        compile does not fit; nor does one whose Pallas kernel could not be partitioned: the
+        trainer's kernel "auto" resolves to Pallas on TPU, so the run would fail there, and the
+        chunked recompile (kept to show its memory) is not what the run executes."""
+        return (all(c.peak <= self.usable for c in self.compiled) and not self.failures)
 
     def by_name(self, name: str):
         return next((c for c in self.compiled if c.name == name), None)
 
     def summary(self) -> dict[str, Any]:
-        from tseeds_jax.scale.topology import CHIPS, SOURCES
+        from tseeds_jax.scale.hardware import chip as chip_row
 
         t = self.target
-        chip = CHIPS[t.family]
+        chip = chip_row(t.family)
         cfg = t.cfg
         p, r = t.widths
 
@@ -126,11 +136,14 @@ class Result:
                 return 0.0
             return max(c.flops / chip.bf16_flops, c.bytes_accessed / chip.hbm_bandwidth)
 
+        def ici(c):
+            return c.ici_bytes / (chip.ici_bandwidth / 2) if c is not None else 0.0
+
         upd, stats = self.by_name("learner_update"), self.by_name("stats_forward")
         step = self.by_name("sampler_decode_step")
         out: dict[str, Any] = dict(
             topology=t.topology, devices=t.mesh.size, hosts=t.num_hosts, chip=t.family,
-            chip_source=SOURCES[t.family], hbm_bytes=t.hbm_bytes, usable_bytes=self.usable,
+            chip_source=chip.source, hbm_bytes=t.hbm_bytes, usable_bytes=self.usable,
             mesh=dict(t.mesh.shape), fits=self.fits,
             scheduler_memory_percent=self.scheduler_memory_percent or "libtpu default",
             phase_peak={ph: self.phase_peak(ph) for ph in cp.PHASES
@@ -141,12 +154,23 @@ class Result:
             t_upd = roof(upd)
             out["learner_roofline_s"] = t_upd
             out["learner_mfu_bound"] = (upd.flops / chip.bf16_flops) / t_upd if t_upd else 0.0
+            out["learner_ici_s"] = ici(upd)
+            out["learner_roofline_ici_overlapped_s"] = max(t_upd, ici(upd))
+            out["learner_roofline_ici_serial_s"] = t_upd + ici(upd)
+            out["learner_mfu_bound_ici_serial"] = ((upd.flops / chip.bf16_flops)
+                                                   / (t_upd + ici(upd)) if t_upd else 0.0)
+        out["programs_ici_s"] = {c.name: ici(c) for c in self.compiled}
         if step is not None:
             s = cp.sampler_shapes(t)
             t_step = roof(step)
             per_dev = s["slots"] // s["shards"]
             chips = s["shards"] * (t.mesh.shape["tensor"] if s["shards"] > 1 else 1)
             out["decode_step_roofline_s"] = t_step
+            out["decode_step_ici_s"] = ici(step)
+            serial = t_step + ici(step)
+            out["decode_tokens_per_s_per_chip_bound_ici_serial"] = (
+                s["slots"] / serial / chips if sharded(cfg) else per_dev / serial) if serial \
+                else 0.0
             # every device of a sharded sampler decodes its slots' tokens; a replica decodes
             # the host's slots on one chip
             out["decode_tokens_per_s_per_chip_bound"] = (
@@ -192,8 +216,9 @@ def compile_config(cd, *, topology: str | None = None, only=cp.PHASES, prefill_b
                    keep_executables: bool = False, progress=None,
                    scheduler_memory_percent: int = 0) -> Result:
     """Compiles every program of `only`. A learner / statistics program whose Pallas kernel XLA
-    cannot partition over the mesh is recorded in `failures` and compiled again with the
-    chunked XLA kernel (named in its note), so that its memory is still measured."""
+    cannot partition over the mesh is recorded in `failures` (so the result does not fit) and
+    compiled again with the chunked XLA kernel (named in its note), so that its memory is still
+    shown."""
     t = make_target(cd, topology=topology)
     say = progress or (lambda msg: None)
     compiled, failures, retry = [], [], []

@@ -9,6 +9,7 @@ counts chips (one device each) -- the rule `tpu_scripts/lib.sh` uses as well.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 
 GIB = 1 << 30
@@ -30,15 +31,76 @@ class Accelerator:
         return int(self.hbm_gib * GIB)
 
 
-# family -> (HBM GiB per JAX device, devices per number in the name)
-FAMILIES: dict[str, tuple[float, float]] = {
-    "v4": (32.0, 0.5),
-    "v5e": (16.0, 1.0),
-    "v5p": (95.0, 0.5),
-    "v6e": (32.0, 1.0),
-    "h100": (80.0, 1.0),
-    "h200": (141.0, 1.0),
+@dataclasses.dataclass(frozen=True)
+class Chip:
+    """One JAX device of a family: peak dense bf16 FLOP/s, HBM bandwidth (bytes/s), HBM (GiB),
+    bidirectional inter-chip bandwidth (bytes/s: ICI on TPU, NVLink on GPU), and where each
+    number comes from."""
+
+    family: str
+    bf16_flops: float
+    hbm_bandwidth: float
+    hbm_gib: float
+    ici_bandwidth: float
+    source: str
+
+
+# The project's one chip table. TPU peak FLOP/s and HBM bandwidth are JAX's own
+# (`jax.experimental.pallas.tpu.get_tpu_info_for_chip`: per TensorCore, times the cores of a
+# megacore device), read by `chip()`; the values here are what it returned for jax 0.10.2 and
+# are used only where JAX's table cannot be read. JAX has no interconnect figure and reports HBM
+# per core before the runtime's reservation: those come from the cited pages.
+# family -> (bf16 FLOP/s, HBM B/s, HBM GiB, ICI B/s bidirectional, devices per number in the
+# name, source of the non-JAX numbers)
+_TABLE: dict[str, tuple[float, float, float, float, float, str]] = {
+    "v4": (275e12, 1230e9, 32.0, 300e9, 0.5,
+           "cloud.google.com/tpu/docs/v4: 32 GiB HBM, ICI 2,400 Gbps per chip"),
+    "v5e": (197e12, 820e9, 16.0, 400e9, 1.0,
+            "cloud.google.com/tpu/docs/v5e: 16 GB HBM, bidirectional ICI 400 GBps per chip"),
+    "v5p": (459e12, 2460e9, 95.0, 1200e9, 0.5,
+            "cloud.google.com/tpu/docs/v5p: 95 GiB HBM, bidirectional ICI 1,200 GBps per chip"),
+    "v6e": (920e12, 1640e9, 32.0, 800e9, 1.0,
+            "cloud.google.com/tpu/docs/v6e: 32 GB HBM, bidirectional ICI 800 GBps per chip"),
+    "h100": (989e12, 3350e9, 80.0, 900e9, 1.0,
+             "nvidia.com H100 SXM datasheet: 989 TFLOP/s dense bf16, 3.35 TB/s, 80 GB, "
+             "NVLink 900 GB/s"),
+    "h200": (989e12, 4800e9, 141.0, 900e9, 1.0,
+             "nvidia.com H200 SXM datasheet: 989 TFLOP/s dense bf16, 4.8 TB/s, 141 GB, "
+             "NVLink 900 GB/s"),
 }
+TPU_MEGACORE = ("v4", "v5p")  # one JAX device = the chip's 2 TensorCores
+# family -> (HBM GiB per JAX device, devices per number in the name)
+FAMILIES: dict[str, tuple[float, float]] = {f: (row[2], row[4]) for f, row in _TABLE.items()}
+
+
+@functools.cache
+def chip(family: str) -> Chip:
+    """The chip table's row of `family`; TPU FLOP/s and HBM bandwidth from JAX's table."""
+    if family not in _TABLE:
+        raise ValueError(f"chip family {family!r}: unknown; known: {sorted(_TABLE)}")
+    flops, bw, hbm, ici, _, source = _TABLE[family]
+    if family in ("v4", "v5e", "v5p", "v6e"):
+        info = jax_tpu_info(family)
+        if info is not None:
+            flops, bw = info
+            source = (f"peak bf16 and HBM bandwidth: JAX get_tpu_info_for_chip({family!r}); "
+                      + source)
+    return Chip(family, float(flops), float(bw), float(hbm), float(ici), source)
+
+
+def jax_tpu_info(family: str) -> tuple[float, float] | None:
+    """(bf16 FLOP/s, HBM bytes/s) of one JAX device of a TPU family from JAX, None when this JAX
+    has no such table."""
+    try:
+        from jax._src.pallas.mosaic.tpu_info import ChipVersion
+        from jax.experimental.pallas import tpu as pltpu
+    except ImportError:
+        return None
+    cores = 2 if family in TPU_MEGACORE else 1
+    info = pltpu.get_tpu_info_for_chip(ChipVersion(family), cores)
+    return float(info.bf16_ops_per_second) * cores, float(info.mem_bw_bytes_per_second) * cores
+
+
 _ALIASES = {"v5litepod": "v5e", "v5lite": "v5e", "tpuv4": "v4", "tpuv5p": "v5p", "tpuv6e": "v6e"}
 
 

@@ -138,11 +138,13 @@ def stats_rows_per_device(w) -> tuple[int, str]:
         passes.append(("reference", w.sequences, w.micro_batch_size))
     if w.plugin_stats:
         passes.append(("plugin", w.sequences, w.micro_batch_size))
+    from tseeds_jax.rl.trainer import stats_chunk_rows  # the trainer's own chunking
+
     best, note = 0, ""
     for name, total, chunk in passes:
         total = -(-total // hosts)
         chunk = min(w.stats_rows or chunk or total, total)
-        per_dev = -(-chunk // shards)
+        per_dev = stats_chunk_rows(total, chunk, shards) // shards
         if per_dev > best:
             best, note = per_dev, f"{name} pass: {chunk} sequences per forward"
     return best, note

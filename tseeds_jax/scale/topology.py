@@ -5,42 +5,15 @@ devices of that slice's topology (v5p-64: 32 chips "2x4x4", 8 hosts of 4 chips) 
 one: XLA's TPU compiler then compiles for them from this process; nothing can run on them.
 `--topology v5p:2x2x1` names a topology directly.
 
-Chip numbers (peak dense bf16 FLOP/s, HBM bandwidth, HBM size per JAX device) are the vendors'
-published specifications; SOURCES names the page of each row.
+Chip numbers (peak FLOP/s, HBM and ICI bandwidth) are `hardware.chip(family)`: the project's one
+chip table.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import re
 
 from tseeds_jax.scale.hardware import parse_accelerator
-
-
-@dataclasses.dataclass(frozen=True)
-class Chip:
-    family: str
-    bf16_flops: float  # peak dense bf16 FLOP/s of one JAX device
-    hbm_bandwidth: float  # bytes/s of one JAX device
-    hbm_gib: float
-
-
-CHIPS: dict[str, Chip] = {
-    "v4": Chip("v4", 275e12, 1228e9, 32.0),
-    "v5e": Chip("v5e", 197e12, 819e9, 16.0),
-    "v5p": Chip("v5p", 459e12, 2765e9, 95.0),
-    "v6e": Chip("v6e", 918e12, 1640e9, 32.0),
-    "h100": Chip("h100", 989e12, 3350e9, 80.0),
-    "h200": Chip("h200", 989e12, 4800e9, 141.0),
-}
-SOURCES: dict[str, str] = {
-    "v4": "cloud.google.com/tpu/docs/v4 (275 TFLOP/s bf16, 1,228 GB/s, 32 GiB)",
-    "v5e": "cloud.google.com/tpu/docs/v5e (197 TFLOP/s bf16, 819 GB/s, 16 GiB)",
-    "v5p": "cloud.google.com/tpu/docs/v5p (459 TFLOP/s bf16, 2,765 GB/s, 95 GiB)",
-    "v6e": "cloud.google.com/tpu/docs/v6e (918 TFLOP/s bf16, 1,640 GB/s, 32 GiB)",
-    "h100": "nvidia.com H100 SXM datasheet (989 TFLOP/s dense bf16, 3.35 TB/s, 80 GB)",
-    "h200": "nvidia.com H200 SXM datasheet (989 TFLOP/s dense bf16, 4.8 TB/s, 141 GB)",
-}
 
 # libtpu's name of each family, and the chip grid of a slice of n chips (Cloud TPU's shapes).
 _TPU_NAMES = {"v4": "v4", "v5e": "v5e", "v5p": "v5p", "v6e": "v6e"}

@@ -10,14 +10,17 @@ returns its *share* `numerator_micro / denominator` (`LossOutput.loss`), so summ
 their gradients) over the micro-batches gives the full mini-batch loss (and gradient) exactly. Rows
 are never split across micro-batches (the per-row modes need whole rows).
 
-Aggregation modes (verl `agg_loss` at HEAD b178a3c, restated):
+Aggregation modes (the names of verl's `agg_loss`; the formulas restated here):
   token-mean              Σ_it L·m / Σ_it m                         (mini-batch token mean)
   seq-mean-token-sum      Σ_i [Σ_t L·m] / #rows with Σ_t m > 0
   seq-mean-token-mean     Σ_i [Σ_t L·m / Σ_t m] / #rows with Σ_t m > 0
   seq-mean-token-sum-norm Σ_i [Σ_t L·m] / (#rows with Σ_t m > 0 · loss_scale)   (Dr. GRPO)
-The last is the seq-mean of per-row token sums divided by a constant (default T): verl HEAD's and
-Dr. GRPO's form. verl v0.5.0 summed over rows instead (Σ_it L·m / loss_scale), so its loss and
-gradient grew with the number of sequences in the batch; that form is not offered.
+The last is the mean over rows of per-row token sums divided by a constant (default T). The row
+mean is Dr. GRPO's (Liu et al. 2025, "Understanding R1-Zero-Like Training: A Critical Perspective",
+arXiv:2503.20783: the mean over a group's responses of token sums over a constant generation
+budget), which verl's `agg_loss` adopted later; verl at b178a3c, like v0.5.0, still summed over rows
+(Σ_it L·m / loss_scale), so its loss and gradient grew with the number of sequences in the batch.
+That form is not offered.
 Edge semantics: a row with no valid token contributes nothing and is not counted; a mini-batch with
 no valid token gives loss 0 (the denominator is then 1, never 0), never NaN. Inside a row we divide by
 the exact Σ_t m (verl adds 1e-8; the difference is ≤ 1e-8 relative for 0/1 masks).

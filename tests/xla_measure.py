@@ -11,8 +11,10 @@ Run as a module it prints one JSON line per case; it then switches XLA:CPU to it
 scheduler *before* JAX starts (the default CPU scheduler favours concurrency and ignores memory, so
 it keeps every layer's rematerialised activations alive at once; TPU and GPU schedulers do not):
 
-    python -m tseeds_jax.scale.xla_measure '[{"hidden_size": 256, "num_hidden_layers": 2}]'
-    python -m tseeds_jax.scale.xla_measure '[{"kind": "sampler", "mesh": [1, 2, 4]}]'
+    python tests/xla_measure.py '[{"hidden_size": 256, "num_hidden_layers": 2}]'
+    python tests/xla_measure.py '[{"kind": "sampler", "mesh": [1, 2, 4]}]'
+
+A test helper (tests/test_plan_xla.py), not part of the package.
 
 Letters: B sequences, P prompt width, R response width, T = P + R.
 """
@@ -199,7 +201,8 @@ def measure_in_subprocess(cases: list[dict[str, Any]], *, memory_scheduler: bool
         flags.append(MEMORY_SCHEDULER_FLAG)
     env["XLA_FLAGS"] = " ".join(flags)
     env["JAX_PLATFORMS"] = "cpu"
-    proc = subprocess.run([sys.executable, "-m", __name__, "--no-scheduler-flag", json.dumps(cases)],
+    proc = subprocess.run([sys.executable, os.path.abspath(__file__), "--no-scheduler-flag",
+                           json.dumps(cases)],
                           env=env, capture_output=True, text=True, timeout=timeout, check=False)
     if proc.returncode:
         raise RuntimeError(f"xla_measure subprocess failed ({proc.returncode}):\n{proc.stderr[-4000:]}")
@@ -211,7 +214,7 @@ def main(argv: list[str]) -> int:
     set_flag = "--no-scheduler-flag" not in args
     args = [a for a in args if a != "--no-scheduler-flag"]
     if len(args) != 1:
-        print("usage: python -m tseeds_jax.scale.xla_measure [--no-scheduler-flag] JSON_CASES",
+        print("usage: python tests/xla_measure.py [--no-scheduler-flag] JSON_CASES",
               file=sys.stderr)
         return 2
     if set_flag and "jax" not in sys.modules:

@@ -1,0 +1,554 @@
+"""FLOPs, HBM bytes and collective bytes of an optimized XLA program, counted loop by loop from
+its HLO text (`compiled.as_text()`).
+
+Why not `compiled.cost_analysis()`: it counts a while loop's body once. The TPU compiler turns
+an fsdp all-gather -> matmul (or matmul -> reduce-scatter) into a small loop of its own
+(`windowed_dot_general_body_ag` / `_rs`, one trip per shard), and the model's layer scan and the
+update's micro-batch loop are loops too, so its totals can be several times too small. Here every
+instruction is weighted by the product of the trip counts of the loops around it.
+
+Conventions (per device of a partitioned program):
+- FLOPs: `dot` 2 x output elements x contracted size; `convolution` (what the TPU compiler makes
+  of dots) 2 x output elements x kernel elements / kernel output features; element-wise
+  arithmetic 1 per output element (transcendentals not counted, as in XLA's own analysis);
+  `reduce` 1 per input element. Pallas kernels (`tpu_custom_call`) are opaque: splash attention's
+  calls are counted from their operand shapes (q [..., Tq, E] and k [..., Tk, E], the first two
+  floating operands): forward 4 x q's rows x Tk x E, the dq and dkv kernels 4 x the same each, so
+  a backward is twice the forward as in 6 x params x tokens; the kernel's Tq x Tk (padded to its
+  block, masked blocks included), which is what it executes, not the model's causal count); any
+  other Pallas call counts 0 (its FLOPs are the caller's to add: the fused LM-head
+  kernel's are, in compile_programs) and is listed in `pallas_calls`.
+- Bytes accessed: for each instruction outside fusions, its operands and result, except where
+  nothing moves (parameter, constant, tuple, get-tuple-element, bitcast, loop / call wrappers,
+  buffer allocation). A fusion operand read only through (dynamic-)slices counts the slices; a
+  fusion that updates a slice of an operand in place (dynamic-update-slice) counts the update, not
+  the buffer. Instructions inside fusions stay on chip and count 0.
+- Collective bytes: what one device sends with ring algorithms over a group of n devices:
+  all-reduce 2 S (n-1)/n, all-gather and all-to-all and reduce-scatter S_in (n-1) and S_in (n-1)/n
+  respectively (S_in: the operand bytes), collective-permute S_in. `*-done` halves count 0.
+- Trip counts: the while's backend config `known_trip_count`, else the loop condition
+  `counter < constant` (or <=, >, >=, !=) with the counter's start read from the loop's init
+  tuple (a constant, possibly through a copy) and its step from the body (`counter + constant`;
+  the windowed loops step by 2). A loop whose count cannot be read counts once and is listed in
+  `unknown_loops`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from typing import Any
+
+DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4,
+               "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16,
+               "s4": 0.5, "u4": 0.5, "s2": 0.25, "u2": 0.25, "token": 0}
+COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+_ELEMENTWISE = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "negate", "abs",
+                "compare", "select", "and", "or", "xor", "not", "clamp", "power", "remainder",
+                "sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even", "atan2"}
+_NO_TRAFFIC = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "while", "call",
+               "conditional", "after-all", "partition-id", "replica-id", "opt-barrier",
+               "add-dependency", "copy-done", "async-done", "all-reduce-done", "all-gather-done",
+               "collective-permute-done", "send-done", "recv-done", "iota"}
+_SHAPE = re.compile(r"\b(pred|token|[suf]\d+|bf16|c64|c128|f8e\w+)\[([\d,]*)\]")
+_HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->\s*.*\{\s*$")
+_START = re.compile(r"^\s+(ROOT\s+)?%?[\w.\-]+\s*=\s")
+_INSTR = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
+
+
+def _dtype_bytes(dt: str) -> float:
+    if dt.startswith("f8"):
+        return 1
+    return DTYPE_BYTES.get(dt, 4)
+
+
+def shapes_of(type_text: str) -> list[tuple[str, tuple[int, ...]]]:
+    """Every array shape in an HLO type ("bf16[4,64]{1,0}" or a tuple of them)."""
+    return [(dt, tuple(int(x) for x in dims.split(",") if x))
+            for dt, dims in _SHAPE.findall(type_text)]
+
+
+def nbytes(type_text: str) -> float:
+    return sum(math.prod(s) * _dtype_bytes(dt) for dt, s in shapes_of(type_text))
+
+
+def nelems(type_text: str) -> int:
+    return sum(math.prod(s) for _, s in shapes_of(type_text))
+
+
+@dataclasses.dataclass
+class Instr:
+    name: str
+    type: str  # the result's HLO type text
+    opcode: str
+    operands: list[str]
+    attrs: str
+    root: bool = False
+
+
+@dataclasses.dataclass
+class Computation:
+    name: str
+    instrs: list[Instr]
+    entry: bool = False
+
+    def __post_init__(self):
+        self.by_name = {i.name: i for i in self.instrs}
+
+    @property
+    def root(self) -> Instr:
+        return next((i for i in self.instrs if i.root), self.instrs[-1])
+
+
+def _balanced(text: str, start: int) -> int:
+    """Index just past the bracket group opening at text[start]."""
+    depth, opener = 0, text[start]
+    closer = {"(": ")", "{": "}", "[": "]"}[opener]
+    for k in range(start, len(text)):
+        if text[k] == opener:
+            depth += 1
+        elif text[k] == closer:
+            depth -= 1
+            if depth == 0:
+                return k + 1
+    raise ValueError(f"HLO: unbalanced {opener!r} in {text[:120]!r}")
+
+
+def _parse_instr(line: str) -> Instr | None:
+    m = _INSTR.match(line)
+    if not m:
+        return None
+    root, name, rest = bool(m.group(1)), m.group(2), m.group(3)
+    rest = re.sub(r"/\*.*?\*/", "", rest)
+    if rest.startswith("("):
+        end = _balanced(rest, 0)
+    else:
+        end = rest.index(" ") if " " in rest else len(rest)
+    type_text, rest = rest[:end], rest[end:].lstrip()
+    m2 = re.match(r"([\w\-]+)\(", rest)
+    if not m2:
+        return None
+    opcode = m2.group(1)
+    close = _balanced(rest, len(opcode))
+    inner = rest[len(opcode) + 1:close - 1]
+    if opcode in ("parameter", "constant"):
+        operands = [inner.strip()]  # the parameter number / the literal
+    else:
+        operands = re.findall(r"%([\w.\-]+)", inner)
+    return Instr(name, type_text, opcode, operands, rest[close:], root)
+
+
+def parse_module(text: str) -> dict[str, Computation]:
+    """Computations of an HLO module text by name (the entry one has `entry=True`)."""
+    if not isinstance(text, str) or "{" not in text:
+        raise ValueError("parse_module: expected HLO module text (compiled.as_text())")
+    comps: dict[str, Computation] = {}
+    cur_name, cur_entry, instrs = None, False, []
+    lines: list[str] = []
+    for line in text.splitlines():
+        # an attribute may span lines (a Pallas call's kernel metadata): join it to its instruction
+        if lines and lines[-1].startswith("  ") and line.strip() != "}" and not _START.match(line) \
+                and not _HEADER.match(line):
+            lines[-1] += " " + line.strip()
+        else:
+            lines.append(line)
+    for line in lines:
+        if cur_name is None:
+            m = _HEADER.match(line)
+            if m:
+                cur_name, cur_entry, instrs = m.group(2), bool(m.group(1)), []
+            continue
+        if line.strip() == "}":
+            comps[cur_name] = Computation(cur_name, instrs, cur_entry)
+            cur_name = None
+            continue
+        ins = _parse_instr(line)
+        if ins is not None:
+            instrs.append(ins)
+    if not any(c.entry for c in comps.values()):
+        raise ValueError("parse_module: no ENTRY computation in the HLO text")
+    return comps
+
+
+def _attr(attrs: str, key: str) -> str | None:
+    m = re.search(rf"\b{key}=%?([\w.\-]+)", attrs)
+    return m.group(1) if m else None
+
+
+def _called(attrs: str, key: str) -> list[str]:
+    m = re.search(rf"\b{key}=\{{([^}}]*)\}}", attrs)
+    if m:
+        return re.findall(r"%?([\w.\-]+)", m.group(1))
+    one = _attr(attrs, key)
+    return [one] if one else []
+
+
+def group_size(attrs: str, num_devices: int) -> int:
+    """Devices per replica group of a collective (its `replica_groups`)."""
+    m = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", attrs)
+    if m:
+        sizes = dict((k.strip("' "), int(v)) for k, v in
+                     (kv.split("=") for kv in m.group(1).split(",") if "=" in kv))
+        names = [x.strip("' ") for x in m.group(2).split(",") if x.strip()]
+        return math.prod(sizes.get(n, 1) for n in names) if names else num_devices
+    m = re.search(r"replica_groups=\[(\d+),(\d+)\]<=", attrs)
+    if m:
+        return int(m.group(2))
+    m = re.search(r"replica_groups=\{(\{[^}]*\})", attrs)
+    if m:
+        return len([x for x in m.group(1).strip("{}").split(",") if x.strip()])
+    return num_devices
+
+
+@dataclasses.dataclass
+class HloCost:
+    flops: float = 0.0
+    matmul_flops: float = 0.0  # the dots', convolutions' and splash attention's share of `flops`
+    pallas_flops: float = 0.0  # splash attention calls, from their shapes (in `flops` too)
+    pallas_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # name -> executions
+    bytes_accessed: float = 0.0
+    collective_bytes: dict[str, float] = dataclasses.field(default_factory=dict)
+    collective_counts: dict[str, int] = dataclasses.field(default_factory=dict)
+    loops: list[tuple[str, int]] = dataclasses.field(default_factory=list)  # (body, trips)
+    unknown_loops: list[str] = dataclasses.field(default_factory=list)
+
+    @property
+    def ici_bytes(self) -> float:
+        return float(sum(self.collective_bytes.values()))
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(flops=self.flops, matmul_flops=self.matmul_flops,
+                    pallas_flops=self.pallas_flops, pallas_calls=dict(self.pallas_calls),
+                    bytes_accessed=self.bytes_accessed,
+                    collective_bytes=dict(self.collective_bytes),
+                    collective_counts=dict(self.collective_counts), ici_bytes=self.ici_bytes,
+                    loops=[list(x) for x in self.loops], unknown_loops=list(self.unknown_loops))
+
+
+class _Counter:
+    def __init__(self, comps: dict[str, Computation], num_devices: int):
+        self.comps, self.n_dev, self.cost = comps, num_devices, HloCost()
+
+    # -- trip counts ---------------------------------------------------------------------------
+    def trips(self, comp: Computation, w: Instr) -> int | None:
+        m = re.search(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)', w.attrs)
+        if m:
+            return int(m.group(1))
+        cond = self.comps.get(_attr(w.attrs, "condition") or "")
+        if cond is None:
+            return None
+        root = cond.root
+        if root.opcode != "compare" or len(root.operands) != 2:
+            return None
+        direction = (re.search(r"direction=(\w+)", root.attrs) or [None, ""])[1]
+        a, b = (cond.by_name.get(x) for x in root.operands)
+        if a is None or b is None:
+            return None
+        if a.opcode == "constant" and b.opcode == "get-tuple-element":
+            a, b = b, a
+            direction = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE"}.get(direction, direction)
+        if a.opcode != "get-tuple-element" or b.opcode != "constant":
+            return None
+        limit = _const_int(b)
+        index = int((re.search(r"index=(\d+)", a.attrs) or [0, 0])[1])
+        start = self.init_value(comp, w, index)
+        if limit is None or start is None:
+            return None
+        step = self.step(w, index)
+        if step is None or step == 0:
+            return None
+        span = limit - start
+        if direction in ("GT", "GE"):
+            span, step = -span, -step
+        if step < 0:
+            return None
+        if direction == "LE" or direction == "GE":
+            n = span // step + 1 if span >= 0 else 0
+        elif direction in ("LT", "GT", "NE"):
+            n = -(-span // step) if span > 0 else 0
+        else:
+            return None
+        return max(int(n), 0)
+
+    def step(self, w: Instr, index: int) -> int | None:
+        """What the body adds to loop counter `index` each trip (1 when the body's update is not
+        `counter + constant` / `counter - constant`: the compiler's windowed loops count by 2
+        when they handle two shards a trip)."""
+        body = self.comps.get(_attr(w.attrs, "body") or "")
+        if body is None or body.root.opcode != "tuple" or index >= len(body.root.operands):
+            return 1
+        upd = body.by_name.get(body.root.operands[index])
+        if upd is None or upd.opcode not in ("add", "subtract") or len(upd.operands) != 2:
+            return 1
+        a, b = (body.by_name.get(x) for x in upd.operands)
+        if a is not None and a.opcode == "constant" and upd.opcode == "add":
+            a, b = b, a
+        if (a is None or b is None or a.opcode != "get-tuple-element" or b.opcode != "constant"
+                or int((re.search(r"index=(\d+)", a.attrs) or [0, -1])[1]) != index):
+            return 1
+        c = _const_int(b)
+        if c is None:
+            return 1
+        return c if upd.opcode == "add" else -c
+
+    def init_value(self, comp: Computation, w: Instr, index: int) -> int | None:
+        init = comp.by_name.get(w.operands[0]) if w.operands else None
+        if init is None or init.opcode != "tuple" or index >= len(init.operands):
+            return None
+        x = comp.by_name.get(init.operands[index])
+        while x is not None and x.opcode in ("copy", "bitcast", "convert") and x.operands:
+            x = comp.by_name.get(x.operands[0])
+        return _const_int(x) if x is not None and x.opcode == "constant" else None
+
+    # -- counting ------------------------------------------------------------------------------
+    def shape(self, comp: Computation, name: str) -> str:
+        ins = comp.by_name.get(name)
+        return ins.type if ins is not None else ""
+
+    def flops_of(self, comp: Computation, ins: Instr) -> float:
+        op = ins.opcode
+        if op == "dot":
+            lhs = shapes_of(self.shape(comp, ins.operands[0]))
+            dims = re.search(r"lhs_contracting_dims=\{([\d,]*)\}", ins.attrs)
+            k = 1
+            if lhs and dims:
+                k = math.prod(lhs[0][1][int(d)] for d in dims.group(1).split(",") if d)
+            return 2.0 * nelems(ins.type) * k
+        if op == "convolution":
+            return self.conv_flops(comp, ins)
+        if op in _ELEMENTWISE:
+            return float(nelems(ins.type))
+        if op == "reduce":
+            half = max(len(ins.operands) // 2, 1)
+            return float(sum(nelems(self.shape(comp, x)) for x in ins.operands[:half]))
+        return 0.0
+
+    def conv_flops(self, comp: Computation, ins: Instr) -> float:
+        """2 x batch x output features x input features (per group) x the kernel taps that land
+        on the input (not on padding), summed over output positions. The TPU compiler writes
+        some einsums as convolutions over a padded window (e.g. a stacked gate/up projection:
+        window 2, padding 1 on each side, one valid tap per output), so counting the whole
+        window would double them."""
+        if len(ins.operands) < 2:
+            return 0.0
+        lhs = shapes_of(self.shape(comp, ins.operands[0]))
+        rhs = shapes_of(self.shape(comp, ins.operands[1]))
+        out = shapes_of(ins.type)
+        labels = re.search(r"dim_labels=(\w+)_(\w+)->(\w+)", ins.attrs)
+        if not (lhs and rhs and out and labels):
+            return 0.0
+        (_, lhs), (_, rhs), (_, out) = lhs[0], rhs[0], out[0]
+        ll, rl, ol = labels.groups()
+        macs = float(out[ol.index("b")] * out[ol.index("f")] * rhs[rl.index("i")])
+        spatial = sorted(ch for ch in rl if ch.isdigit())
+        win = re.search(r"window=\{([^}]*)\}", ins.attrs)
+        fields = dict(kv.split("=", 1) for kv in win.group(1).split()) if win else {}
+
+        def per_dim(key, j, default):
+            if key not in fields:
+                return default
+            return fields[key].split("x")[j]
+
+        for j, ch in enumerate(spatial):
+            size_in, k, o = lhs[ll.index(ch)], rhs[rl.index(ch)], out[ol.index(ch)]
+            lo = int(per_dim("pad", j, "0_0").split("_")[0])
+            stride = int(per_dim("stride", j, "1"))
+            ldil, rdil = int(per_dim("lhs_dilate", j, "1")), int(per_dim("rhs_dilate", j, "1"))
+            if o * k > 1 << 20:  # too many to enumerate: every tap
+                macs *= o * k
+                continue
+            extent = (size_in - 1) * ldil + 1
+            taps = sum(1 for a in range(o) for b in range(k)
+                       if 0 <= a * stride + b * rdil - lo < extent
+                       and (a * stride + b * rdil - lo) % ldil == 0)
+            macs *= taps
+        return 2.0 * macs
+
+    def splash_flops(self, comp: Computation, ins: Instr) -> float:
+        """Model FLOPs of one splash attention kernel call (see the module docstring); 0 for any
+        other Pallas call or an operand layout this does not recognise."""
+        if not re.match(r"splash_\w*?_(fwd|dq|dkv)", ins.name):
+            return 0.0
+        arrays = [shapes_of(self.shape(comp, x)) for x in ins.operands]
+        floats = [a[0] for a in arrays if a and a[0][0] in ("bf16", "f32", "f16") and
+                  len(a[0][1]) >= 3]
+        if len(floats) < 2:
+            return 0.0
+        (_, q), (_, k) = floats[0], floats[1]
+        if q[-1] != k[-1]:
+            return 0.0
+        return 4.0 * math.prod(q[:-1]) * k[-2] * q[-1]
+
+    def collective(self, comp: Computation, ins: Instr, mult: float) -> None:
+        op = ins.opcode
+        kind = op[:-len("-start")] if op.endswith("-start") else op
+        if kind not in COLLECTIVES:
+            return
+        s_in = sum(nbytes(self.shape(comp, x)) for x in ins.operands)
+        n = group_size(ins.attrs, self.n_dev)
+        if n <= 1 and kind != "collective-permute":
+            sent = 0.0
+        elif kind == "all-reduce":
+            sent = 2.0 * s_in * (n - 1) / n
+        elif kind == "all-gather":
+            sent = s_in * (n - 1)
+        elif kind in ("reduce-scatter", "all-to-all"):
+            sent = s_in * (n - 1) / n
+        else:
+            sent = s_in
+        c = self.cost
+        c.collective_bytes[kind] = c.collective_bytes.get(kind, 0.0) + sent * mult
+        c.collective_counts[kind] = c.collective_counts.get(kind, 0) + int(mult)
+
+    def traffic(self, comp: Computation, ins: Instr) -> float:
+        op = ins.opcode
+        if op in _NO_TRAFFIC or op.endswith("-done"):
+            return 0.0
+        if op == "custom-call" and "AllocateBuffer" in ins.attrs:
+            return 0.0
+        if op == "dynamic-slice" or op == "slice":
+            return 2.0 * nbytes(ins.type)
+        if op == "dynamic-update-slice" and len(ins.operands) > 1:
+            return 2.0 * nbytes(self.shape(comp, ins.operands[1]))
+        if op == "fusion":
+            return self.fusion_traffic(comp, ins)
+        return nbytes(ins.type) + sum(nbytes(self.shape(comp, x)) for x in ins.operands)
+
+    def fusion_traffic(self, comp: Computation, ins: Instr) -> float:
+        fused = self.comps.get(_attr(ins.attrs, "calls") or "")
+        if fused is None:
+            return nbytes(ins.type) + sum(nbytes(self.shape(comp, x)) for x in ins.operands)
+        params = {int(i.operands[0]): i for i in fused.instrs
+                  if i.opcode == "parameter" and i.operands[0].isdigit()}
+        users: dict[str, list[Instr]] = {}
+        for i in fused.instrs:
+            for k, x in enumerate(i.operands):
+                users.setdefault(x, []).append((i, k))
+        total = 0.0
+        for idx, x in enumerate(ins.operands):
+            full = nbytes(self.shape(comp, x))
+            p = params.get(idx)
+            if p is None:
+                total += full
+                continue
+            total += self.param_read(fused, p.name, users, full)
+        out = fused.root
+        outs = ([fused.by_name.get(o) for o in out.operands] if out.opcode == "tuple" else [out])
+        for o in outs:
+            if o is None:
+                continue
+            if o.opcode == "dynamic-update-slice" and len(o.operands) > 1:
+                total += nbytes(fused.by_name[o.operands[1]].type) \
+                    if o.operands[1] in fused.by_name else nbytes(o.type)
+            else:
+                total += nbytes(o.type)
+        return total
+
+    def param_read(self, fused: Computation, name: str, users, full: float, depth: int = 0) -> float:
+        """Bytes a fusion reads of one parameter: the slices when it is only sliced, 0 when it is
+        only the buffer of an in-place update, else all of it."""
+        use = users.get(name, [])
+        if not use or depth > 4:
+            return full
+        got = 0.0
+        for u, k in use:
+            if u.opcode in ("dynamic-slice", "slice") and k == 0:
+                got += nbytes(u.type)
+            elif u.opcode == "dynamic-update-slice" and k == 0:
+                continue
+            elif u.opcode == "bitcast":
+                got += self.param_read(fused, u.name, users, full, depth + 1)
+            else:
+                return full
+        return min(got, full)
+
+    def walk(self, comp: Computation, mult: float, fused: bool, seen: tuple = ()) -> None:
+        if comp.name in seen:
+            return
+        seen = (*seen, comp.name)
+        c = self.cost
+        for ins in comp.instrs:
+            op = ins.opcode
+            f = self.flops_of(comp, ins) * mult
+            c.flops += f
+            if op in ("dot", "convolution"):
+                c.matmul_flops += f
+            if op == "custom-call" and "tpu_custom_call" in ins.attrs:
+                kernel = re.sub(r"\.\d+$", "", ins.name)
+                c.pallas_calls[kernel] = c.pallas_calls.get(kernel, 0) + int(mult)
+                f = self.splash_flops(comp, ins) * mult
+                c.flops += f
+                c.matmul_flops += f
+                c.pallas_flops += f
+            self.collective(comp, ins, mult)
+            if not fused:
+                c.bytes_accessed += self.traffic(comp, ins) * mult
+            if op == "while":
+                n = self.trips(comp, ins)
+                body = self.comps.get(_attr(ins.attrs, "body") or "")
+                if n is None:
+                    n = 1
+                    c.unknown_loops.append(body.name if body else ins.name)
+                if body is not None:
+                    c.loops.append((body.name, n))
+                    self.walk(body, mult * n, fused, seen)
+            elif op == "fusion":
+                sub = self.comps.get(_attr(ins.attrs, "calls") or "")
+                if sub is not None:
+                    self.walk(sub, mult, True, seen)
+            elif op in ("call", "async-start") or (op == "custom-call"
+                                                   and "called_computations" in ins.attrs):
+                for name in _called(ins.attrs, "calls") + _called(ins.attrs,
+                                                                  "called_computations"):
+                    if name in self.comps:
+                        self.walk(self.comps[name], mult, fused, seen)
+            elif op == "conditional":
+                branches = [self.comps[b] for b in _called(ins.attrs, "branch_computations")
+                            if b in self.comps]
+                # the most expensive branch: an upper bound on one execution
+                best = None
+                for b in branches:
+                    sub = _Counter(self.comps, self.n_dev)
+                    sub.walk(b, mult, fused, seen)
+                    if best is None or sub.cost.flops + sub.cost.bytes_accessed > \
+                            best.flops + best.bytes_accessed:
+                        best = sub.cost
+                if best is not None:
+                    _merge(c, best)
+
+
+def _merge(into: HloCost, other: HloCost) -> None:
+    into.flops += other.flops
+    into.matmul_flops += other.matmul_flops
+    into.pallas_flops += other.pallas_flops
+    for k, v in other.pallas_calls.items():
+        into.pallas_calls[k] = into.pallas_calls.get(k, 0) + v
+    into.bytes_accessed += other.bytes_accessed
+    for k, v in other.collective_bytes.items():
+        into.collective_bytes[k] = into.collective_bytes.get(k, 0.0) + v
+    for k, v in other.collective_counts.items():
+        into.collective_counts[k] = into.collective_counts.get(k, 0) + v
+    into.loops += other.loops
+    into.unknown_loops += other.unknown_loops
+
+
+def _const_int(ins: Instr | None) -> int | None:
+    if ins is None or ins.opcode != "constant":
+        return None
+    m = re.fullmatch(r"\s*(-?\d+)\s*", ins.operands[0] if ins.operands else "")
+    return int(m.group(1)) if m else None
+
+
+def hlo_cost(text: str, *, num_devices: int | None = None) -> HloCost:
+    """Loop-aware cost of an optimized HLO module (`compiled.as_text()`); `num_devices`: the
+    group size of a collective whose replica groups are empty (all devices; default: the
+    module's `num_partitions`, else 1)."""
+    comps = parse_module(text)
+    if num_devices is None:
+        m = re.search(r"num_partitions=(\d+)", text[:2000])
+        num_devices = int(m.group(1)) if m else 1
+    counter = _Counter(comps, int(num_devices))
+    entry = next(c for c in comps.values() if c.entry)
+    counter.walk(entry, 1.0, False)
+    return counter.cost
