@@ -40,9 +40,19 @@ import math
 import re
 from typing import Any
 
-DTYPE_BYTES = {"pred": 1, "s8": 1, "u8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2, "s32": 4,
-               "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8, "c64": 8, "c128": 16,
-               "s4": 0.5, "u4": 0.5, "s2": 0.25, "u2": 0.25, "token": 0}
+from tseeds_jax.scale.hlo_text import (  # noqa: F401 (parse_module, group_size: API)
+    Computation,
+    Instr,
+    attr,
+    called,
+    const_int,
+    group_size,
+    nbytes,
+    nelems,
+    parse_module,
+    shapes_of,
+)
+
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
 _ELEMENTWISE = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "negate", "abs",
                 "compare", "select", "and", "or", "xor", "not", "clamp", "power", "remainder",
@@ -51,156 +61,6 @@ _NO_TRAFFIC = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast",
                "conditional", "after-all", "partition-id", "replica-id", "opt-barrier",
                "add-dependency", "copy-done", "async-done", "all-reduce-done", "all-gather-done",
                "collective-permute-done", "send-done", "recv-done", "iota"}
-_SHAPE = re.compile(r"\b(pred|token|[suf]\d+|bf16|c64|c128|f8e\w+)\[([\d,]*)\]")
-_HEADER = re.compile(r"^(ENTRY\s+)?%?([\w.\-]+)\s*\(.*\)\s*->\s*.*\{\s*$")
-_START = re.compile(r"^\s+(ROOT\s+)?%?[\w.\-]+\s*=\s")
-_INSTR = re.compile(r"^\s*(ROOT\s+)?%?([\w.\-]+)\s*=\s*(.*)$")
-
-
-def _dtype_bytes(dt: str) -> float:
-    if dt.startswith("f8"):
-        return 1
-    return DTYPE_BYTES.get(dt, 4)
-
-
-def shapes_of(type_text: str) -> list[tuple[str, tuple[int, ...]]]:
-    """Every array shape in an HLO type ("bf16[4,64]{1,0}" or a tuple of them)."""
-    return [(dt, tuple(int(x) for x in dims.split(",") if x))
-            for dt, dims in _SHAPE.findall(type_text)]
-
-
-def nbytes(type_text: str) -> float:
-    return sum(math.prod(s) * _dtype_bytes(dt) for dt, s in shapes_of(type_text))
-
-
-def nelems(type_text: str) -> int:
-    return sum(math.prod(s) for _, s in shapes_of(type_text))
-
-
-@dataclasses.dataclass
-class Instr:
-    name: str
-    type: str  # the result's HLO type text
-    opcode: str
-    operands: list[str]
-    attrs: str
-    root: bool = False
-
-
-@dataclasses.dataclass
-class Computation:
-    name: str
-    instrs: list[Instr]
-    entry: bool = False
-
-    def __post_init__(self):
-        self.by_name = {i.name: i for i in self.instrs}
-
-    @property
-    def root(self) -> Instr:
-        return next((i for i in self.instrs if i.root), self.instrs[-1])
-
-
-def _balanced(text: str, start: int) -> int:
-    """Index just past the bracket group opening at text[start]."""
-    depth, opener = 0, text[start]
-    closer = {"(": ")", "{": "}", "[": "]"}[opener]
-    for k in range(start, len(text)):
-        if text[k] == opener:
-            depth += 1
-        elif text[k] == closer:
-            depth -= 1
-            if depth == 0:
-                return k + 1
-    raise ValueError(f"HLO: unbalanced {opener!r} in {text[:120]!r}")
-
-
-def _parse_instr(line: str) -> Instr | None:
-    m = _INSTR.match(line)
-    if not m:
-        return None
-    root, name, rest = bool(m.group(1)), m.group(2), m.group(3)
-    rest = re.sub(r"/\*.*?\*/", "", rest)
-    if rest.startswith("("):
-        end = _balanced(rest, 0)
-    else:
-        end = rest.index(" ") if " " in rest else len(rest)
-    type_text, rest = rest[:end], rest[end:].lstrip()
-    m2 = re.match(r"([\w\-]+)\(", rest)
-    if not m2:
-        return None
-    opcode = m2.group(1)
-    close = _balanced(rest, len(opcode))
-    inner = rest[len(opcode) + 1:close - 1]
-    if opcode in ("parameter", "constant"):
-        operands = [inner.strip()]  # the parameter number / the literal
-    else:
-        operands = re.findall(r"%([\w.\-]+)", inner)
-    return Instr(name, type_text, opcode, operands, rest[close:], root)
-
-
-def parse_module(text: str) -> dict[str, Computation]:
-    """Computations of an HLO module text by name (the entry one has `entry=True`)."""
-    if not isinstance(text, str) or "{" not in text:
-        raise ValueError("parse_module: expected HLO module text (compiled.as_text())")
-    comps: dict[str, Computation] = {}
-    cur_name, cur_entry, instrs = None, False, []
-    lines: list[str] = []
-    for line in text.splitlines():
-        # an attribute may span lines (a Pallas call's kernel metadata): join it to its instruction
-        if lines and lines[-1].startswith("  ") and line.strip() != "}" and not _START.match(line) \
-                and not _HEADER.match(line):
-            lines[-1] += " " + line.strip()
-        else:
-            lines.append(line)
-    for line in lines:
-        if cur_name is None:
-            m = _HEADER.match(line)
-            if m:
-                cur_name, cur_entry, instrs = m.group(2), bool(m.group(1)), []
-            continue
-        if line.strip() == "}":
-            comps[cur_name] = Computation(cur_name, instrs, cur_entry)
-            cur_name = None
-            continue
-        ins = _parse_instr(line)
-        if ins is not None:
-            instrs.append(ins)
-    if not any(c.entry for c in comps.values()):
-        raise ValueError("parse_module: no ENTRY computation in the HLO text")
-    return comps
-
-
-def _attr(attrs: str, key: str) -> str | None:
-    m = re.search(rf"\b{key}=%?([\w.\-]+)", attrs)
-    return m.group(1) if m else None
-
-
-def _called(attrs: str, key: str) -> list[str]:
-    m = re.search(rf"\b{key}=\{{([^}}]*)\}}", attrs)
-    if m:
-        return re.findall(r"%?([\w.\-]+)", m.group(1))
-    one = _attr(attrs, key)
-    return [one] if one else []
-
-
-def group_size(attrs: str, num_devices: int) -> int:
-    """Devices per replica group of a collective (its `replica_groups`)."""
-    m = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", attrs)
-    if m:
-        sizes = dict((k.strip("' "), int(v)) for k, v in
-                     (kv.split("=") for kv in m.group(1).split(",") if "=" in kv))
-        names = [x.strip("' ") for x in m.group(2).split(",") if x.strip()]
-        return math.prod(sizes.get(n, 1) for n in names) if names else num_devices
-    m = re.search(r"replica_groups=\[(\d+),(\d+)\]<=", attrs)
-    if m:
-        return int(m.group(2))
-    m = re.search(r"replica_groups=\{(\{[^}]*\})", attrs)
-    if m:
-        return len([x for x in m.group(1).strip("{}").split(",") if x.strip()])
-    return num_devices
-
-
 @dataclasses.dataclass
 class HloCost:
     flops: float = 0.0
@@ -235,7 +95,7 @@ class _Counter:
         m = re.search(r'"known_trip_count"\s*:\s*\{\s*"n"\s*:\s*"?(\d+)', w.attrs)
         if m:
             return int(m.group(1))
-        cond = self.comps.get(_attr(w.attrs, "condition") or "")
+        cond = self.comps.get(attr(w.attrs, "condition") or "")
         if cond is None:
             return None
         root = cond.root
@@ -250,7 +110,7 @@ class _Counter:
             direction = {"LT": "GT", "GT": "LT", "LE": "GE", "GE": "LE"}.get(direction, direction)
         if a.opcode != "get-tuple-element" or b.opcode != "constant":
             return None
-        limit = _const_int(b)
+        limit = const_int(b)
         index = int((re.search(r"index=(\d+)", a.attrs) or [0, 0])[1])
         start = self.init_value(comp, w, index)
         if limit is None or start is None:
@@ -275,7 +135,7 @@ class _Counter:
         """What the body adds to loop counter `index` each trip (1 when the body's update is not
         `counter + constant` / `counter - constant`: the compiler's windowed loops count by 2
         when they handle two shards a trip)."""
-        body = self.comps.get(_attr(w.attrs, "body") or "")
+        body = self.comps.get(attr(w.attrs, "body") or "")
         if body is None or body.root.opcode != "tuple" or index >= len(body.root.operands):
             return 1
         upd = body.by_name.get(body.root.operands[index])
@@ -287,7 +147,7 @@ class _Counter:
         if (a is None or b is None or a.opcode != "get-tuple-element" or b.opcode != "constant"
                 or int((re.search(r"index=(\d+)", a.attrs) or [0, -1])[1]) != index):
             return 1
-        c = _const_int(b)
+        c = const_int(b)
         if c is None:
             return 1
         return c if upd.opcode == "add" else -c
@@ -299,7 +159,7 @@ class _Counter:
         x = comp.by_name.get(init.operands[index])
         while x is not None and x.opcode in ("copy", "bitcast", "convert") and x.operands:
             x = comp.by_name.get(x.operands[0])
-        return _const_int(x) if x is not None and x.opcode == "constant" else None
+        return const_int(x) if x is not None and x.opcode == "constant" else None
 
     # -- counting ------------------------------------------------------------------------------
     def shape(self, comp: Computation, name: str) -> str:
@@ -416,7 +276,7 @@ class _Counter:
         return nbytes(ins.type) + sum(nbytes(self.shape(comp, x)) for x in ins.operands)
 
     def fusion_traffic(self, comp: Computation, ins: Instr) -> float:
-        fused = self.comps.get(_attr(ins.attrs, "calls") or "")
+        fused = self.comps.get(attr(ins.attrs, "calls") or "")
         if fused is None:
             return nbytes(ins.type) + sum(nbytes(self.shape(comp, x)) for x in ins.operands)
         params = {int(i.operands[0]): i for i in fused.instrs
@@ -486,7 +346,7 @@ class _Counter:
                 c.bytes_accessed += self.traffic(comp, ins) * mult
             if op == "while":
                 n = self.trips(comp, ins)
-                body = self.comps.get(_attr(ins.attrs, "body") or "")
+                body = self.comps.get(attr(ins.attrs, "body") or "")
                 if n is None:
                     n = 1
                     c.unknown_loops.append(body.name if body else ins.name)
@@ -494,17 +354,17 @@ class _Counter:
                     c.loops.append((body.name, n))
                     self.walk(body, mult * n, fused, seen)
             elif op == "fusion":
-                sub = self.comps.get(_attr(ins.attrs, "calls") or "")
+                sub = self.comps.get(attr(ins.attrs, "calls") or "")
                 if sub is not None:
                     self.walk(sub, mult, True, seen)
             elif op in ("call", "async-start") or (op == "custom-call"
                                                    and "called_computations" in ins.attrs):
-                for name in _called(ins.attrs, "calls") + _called(ins.attrs,
+                for name in called(ins.attrs, "calls") + called(ins.attrs,
                                                                   "called_computations"):
                     if name in self.comps:
                         self.walk(self.comps[name], mult, fused, seen)
             elif op == "conditional":
-                branches = [self.comps[b] for b in _called(ins.attrs, "branch_computations")
+                branches = [self.comps[b] for b in called(ins.attrs, "branch_computations")
                             if b in self.comps]
                 # the most expensive branch: an upper bound on one execution
                 best = None
@@ -531,13 +391,6 @@ def _merge(into: HloCost, other: HloCost) -> None:
         into.collective_counts[k] = into.collective_counts.get(k, 0) + v
     into.loops += other.loops
     into.unknown_loops += other.unknown_loops
-
-
-def _const_int(ins: Instr | None) -> int | None:
-    if ins is None or ins.opcode != "constant":
-        return None
-    m = re.fullmatch(r"\s*(-?\d+)\s*", ins.operands[0] if ins.operands else "")
-    return int(m.group(1)) if m else None
 
 
 def hlo_cost(text: str, *, num_devices: int | None = None) -> HloCost:
