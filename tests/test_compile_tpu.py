@@ -221,7 +221,7 @@ def test_manifest_checks_config_and_programs(tmp_path, capsys):
 
 
 def test_plan_compare_puts_plan_beside_compiled(result):
-    from tseeds_jax.scale import plan_cli
+    from tseeds_jax.scale import compile_cli, plan_cli
 
     plan, _ = plan_cli.build_plan(_load(MESH), num_devices=8, hbm_gib=95)
     c = plan_cli.compare(plan, result)
@@ -231,6 +231,13 @@ def test_plan_compare_puts_plan_beside_compiled(result):
         assert row["plan"] == plan.phase_total("resident") + plan.phase_total(phase)
     assert c["compiled_peak"] == max(r["compiled"] for r in c["phases"].values())
     assert f"compiled for {FIXTURE_TOPOLOGY}" in plan_cli.render_compared(c)
+    # each phase flagged by its own ratio (no max-against-max line)
+    for row in c["phases"].values():
+        assert row["within"] == (abs(row["plan"] / row["compiled"] - 1) <= 0.15)
+    text = compile_cli.markdown(result, plan)
+    assert "plan / compiled per phase" in text and "per-device peak: plan" not in text
+    assert all(f"{ph} " in compile_cli.plan_line(result, plan) for ph in c["phases"])
+    assert "with collectives" in text and "GB collectives" in text
 
 
 # ------------------------------------------------------------------ tseeds compile --check DIR
