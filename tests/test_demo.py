@@ -45,6 +45,7 @@ def test_demo_hard_task_settings_and_unknown_task(capsys):
     assert dc.task_name == "hard" and dc.task_params == {"min_terms": 8, "max_terms": 9,
                                                          "min_digits": 1, "max_digits": 1}
     assert (dc.prompt_width, dc.response_width) == (20, 96)
+    assert dc.warm.error_rate == 0.25 and dc.warm.steps == DemoConfig().warm.steps
     assert with_task(DemoConfig(out="x"), "default") == DemoConfig(out="x")
     with pytest.raises(ValueError, match="'nope'"):
         with_task(dc, "nope")

@@ -104,11 +104,13 @@ class DemoConfig:
         return dict(self.task)
 
 
-# The hard task: chains of 8-9 one-digit terms (7-8 worked steps instead of 3-4), so that the same
-# warm start leaves the base policy's sampled held-out pass@1 at most 10% and most on-policy
-# groups all-fail (docs/demo_results.md, "Hard task").
+# The hard task: chains of 8-9 one-digit terms (7-8 worked steps instead of 3-4) and noisier
+# demonstrations (step-error rate 0.25 instead of 0.15), so that the base policy's sampled
+# held-out pass@1 is at most 10% and most on-policy groups all-fail. With the default error rate
+# the longer chains alone left it at 15.2% (docs/demo_results.md, "Hard task").
 HARD_TASK = dict(task=(("min_terms", 8), ("max_terms", 9), ("min_digits", 1), ("max_digits", 1)),
-                 prompt_width=20, response_width=96)
+                 prompt_width=20, response_width=96,
+                 warm=WarmStartConfig(steps=500, batch_size=32, error_rate=0.25))
 TASKS = ("default", "hard")
 
 
