@@ -144,7 +144,8 @@ def test_auto_follows_the_target():
     with compile_target("tpu", "v5p"):
         assert A.resolve_impl("auto", 8, x) == "splash"
     with compile_target("gpu"):
-        assert A.resolve_impl("auto", 8, x) == "cudnn"
+        assert A.resolve_impl("auto", 8, x.astype(jnp.bfloat16)) == "cudnn"
+        assert A.resolve_impl("auto", 8, x) == "xla"  # cuDNN takes no float32
     with compile_target("cpu"):
         assert A.resolve_impl("auto", A.CHUNKED_MIN_T, x) == "xla"
         assert A.resolve_impl("auto", A.CHUNKED_MIN_T + 1, x) == "chunked"

@@ -17,7 +17,8 @@ and the sampler's prefill run (the decode step keeps its cache path in `layers`)
 * "cudnn": `jax.nn.dot_product_attention(implementation="cudnn")` (GPU). cuDNN's padding mask
   is "the first n tokens", so each row is rotated to put its real tokens first (they must be
   contiguous: `[pad.. prompt | response ..pad]`, the learner's layout) and rotated back.
-* "auto": splash on TPU, cudnn on GPU, on CPU xla up to `CHUNKED_MIN_T` tokens and chunked above.
+* "auto": splash on TPU, cudnn on GPU (16-bit inputs; float32 falls back as on CPU), on CPU xla up
+  to `CHUNKED_MIN_T` tokens and chunked above.
 
 Outputs at padded query positions are finite but unspecified (they differ between
 implementations); every caller ignores them, and no real query attends to a padded key, so
@@ -63,8 +64,8 @@ def resolve_impl(impl: str, t: int, *arrays) -> str:
     platform = kernel_target.detect(*arrays).platform
     if platform == "tpu":
         return "splash"
-    if platform == "gpu":
-        return "cudnn"
+    if platform == "gpu" and arrays and jnp.dtype(arrays[0].dtype).itemsize == 2:
+        return "cudnn"  # cuDNN's flash attention takes 16-bit inputs only
     return "chunked" if t > CHUNKED_MIN_T else "xla"
 
 
@@ -146,7 +147,8 @@ def _rotation(valid_BT, t):
     """Per-row index maps that move a row's (contiguous) real tokens to the front and back."""
     valid = valid_BT.astype(bool)
     first_B = jnp.argmax(valid, axis=-1)  # left-pad count
-    length_B = valid.sum(-1).astype(jnp.int32)
+    # An all-padding row (ignored by callers) keeps one visible key: no empty softmax.
+    length_B = jnp.maximum(valid.sum(-1), 1).astype(jnp.int32)
     idx = jnp.arange(t)[None, :]
     to_front = (idx + first_B[:, None]) % t
     back = (idx - first_B[:, None]) % t
