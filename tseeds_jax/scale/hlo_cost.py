@@ -60,7 +60,8 @@ _ELEMENTWISE = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "
 _NO_TRAFFIC = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast", "while", "call",
                "conditional", "after-all", "partition-id", "replica-id", "opt-barrier",
                "add-dependency", "copy-done", "async-done", "all-reduce-done", "all-gather-done",
-               "collective-permute-done", "send-done", "recv-done", "iota"}
+               "collective-permute-done", "send-done", "recv-done", "iota",
+               "async-start", "async-update"}  # an async pair: the wrapped op is counted
 @dataclasses.dataclass
 class HloCost:
     flops: float = 0.0
