@@ -242,3 +242,31 @@ ENTRY %e (q: bf16[2,4,1,512,64], k: bf16[2,4,512,64], v: bf16[2,4,512,64], h: f3
     c = hc.hlo_cost(text)
     assert c.pallas_flops == 4 * (2 * 4 * 1 * 512) * 512 * 64 == c.flops == c.matmul_flops
     assert c.pallas_calls == {"splash_mqa_fwd_segmented_residuals": 1, "shard_map": 1}
+
+
+def test_fused_increment_and_fused_condition():
+    """The counter's `+ 2` and the loop's `i < 8` each inside a fusion (as the TPU compiler often
+    writes them): still 4 trips."""
+    text = LOOP_KNOWN.replace(', backend_config={"known_trip_count":{"n":"5"}}', "")
+    text = text.replace("%lim = s32[] constant(999)", "%lim = s32[] constant(8)")
+    text = text.replace("%one = s32[] constant(1)", "%one = s32[] constant(2)")
+    text = text.replace("%next = s32[] add(%i, %one)",
+                        "%next = s32[] fusion(%i, %one), kind=kLoop, calls=%inc")
+    text = text.replace("ROOT %lt = pred[] compare(%j, %lim), direction=LT",
+                        "ROOT %lt = pred[] fusion(%j, %lim), kind=kLoop, calls=%less")
+    text = text.replace("%body (p:", """%inc (u: s32[], v: s32[]) -> s32[] {
+  %u = s32[] parameter(0)
+  %v = s32[] parameter(1)
+  ROOT %w = s32[] add(%u, %v)
+}
+
+%less (x: s32[], y: s32[]) -> pred[] {
+  %x = s32[] parameter(0)
+  %y = s32[] parameter(1)
+  ROOT %c = pred[] compare(%x, %y), direction=LT
+}
+
+%body (p:""", 1)
+    c = hc.hlo_cost(text)
+    assert c.loops == [("body", 4)] and c.unknown_loops == []
+    assert c.flops == 4 * (2 * 8 * 32 * 16 + 1)

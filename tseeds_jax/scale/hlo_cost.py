@@ -100,10 +100,22 @@ class _Counter:
         if cond is None:
             return None
         root = cond.root
+        resolve = cond.by_name.get
+        if root.opcode == "fusion":  # the compare fused: look inside, parameters mapped back
+            fused = self.comps.get(attr(root.attrs, "calls") or "")
+            if fused is None:
+                return None
+            outer, root = root, fused.root
+            params = {i.name: outer.operands[int(i.operands[0])] for i in fused.instrs
+                      if i.opcode == "parameter" and i.operands[0].isdigit()
+                      and int(i.operands[0]) < len(outer.operands)}
+
+            def resolve(x, fused=fused, params=params):
+                return cond.by_name.get(params[x]) if x in params else fused.by_name.get(x)
         if root.opcode != "compare" or len(root.operands) != 2:
             return None
         direction = (re.search(r"direction=(\w+)", root.attrs) or [None, ""])[1]
-        a, b = (cond.by_name.get(x) for x in root.operands)
+        a, b = (resolve(x) for x in root.operands)
         if a is None or b is None:
             return None
         if a.opcode == "constant" and b.opcode == "get-tuple-element":
@@ -140,10 +152,31 @@ class _Counter:
         if body is None or body.root.opcode != "tuple" or index >= len(body.root.operands):
             return 1
         upd = body.by_name.get(body.root.operands[index])
+        comp = body
+        if upd is not None and upd.opcode == "fusion":  # the increment fused: look inside
+            fused = self.comps.get(attr(upd.attrs, "calls") or "")
+            if fused is None:
+                return 1
+            outer = upd
+            upd = fused.root
+            if upd.opcode not in ("add", "subtract") or len(upd.operands) != 2:
+                return 1
+            # map the fused parameters back to the body's instructions
+            params = {i.name: outer.operands[int(i.operands[0])] for i in fused.instrs
+                      if i.opcode == "parameter" and i.operands[0].isdigit()
+                      and int(i.operands[0]) < len(outer.operands)}
+            ops = [body.by_name.get(params[x]) if x in params else fused.by_name.get(x)
+                   for x in upd.operands]
+            return self._step_of(upd.opcode, ops, index)
         if upd is None or upd.opcode not in ("add", "subtract") or len(upd.operands) != 2:
             return 1
-        a, b = (body.by_name.get(x) for x in upd.operands)
-        if a is not None and a.opcode == "constant" and upd.opcode == "add":
+        return self._step_of(upd.opcode, [comp.by_name.get(x) for x in upd.operands], index)
+
+    @staticmethod
+    def _step_of(opcode: str, ops, index: int) -> int:
+        a, b = ops
+        upd_opcode = opcode
+        if a is not None and a.opcode == "constant" and upd_opcode == "add":
             a, b = b, a
         if (a is None or b is None or a.opcode != "get-tuple-element" or b.opcode != "constant"
                 or int((re.search(r"index=(\d+)", a.attrs) or [0, -1])[1]) != index):
@@ -151,7 +184,7 @@ class _Counter:
         c = const_int(b)
         if c is None:
             return 1
-        return c if upd.opcode == "add" else -c
+        return c if upd_opcode == "add" else -c
 
     def init_value(self, comp: Computation, w: Instr, index: int) -> int | None:
         init = comp.by_name.get(w.operands[0]) if w.operands else None
