@@ -270,3 +270,18 @@ def test_fused_increment_and_fused_condition():
     c = hc.hlo_cost(text)
     assert c.loops == [("body", 4)] and c.unknown_loops == []
     assert c.flops == 4 * (2 * 8 * 32 * 16 + 1)
+
+
+@pytest.mark.parametrize("update", ["copy(%raw)", "add(%ci, %one)"])
+def test_counter_copied_around_its_increment(update):
+    """The 7B update's windowed loops copy the counter before or after `+ 2` (`i < 8`: 4 trips);
+    read as `+ 1` they were counted twice."""
+    text = LOOP_KNOWN.replace(', backend_config={"known_trip_count":{"n":"5"}}', "")
+    text = text.replace("%lim = s32[] constant(999)", "%lim = s32[] constant(8)")
+    text = text.replace("%one = s32[] constant(1)", "%one = s32[] constant(2)")
+    text = text.replace("%next = s32[] add(%i, %one)",
+                        "%ci = s32[] copy(%i)\n  %raw = s32[] add(%i, %one)\n"
+                        f"  %next = s32[] {update}")
+    c = hc.hlo_cost(text)
+    adds = 2 if update.startswith("add") else 1
+    assert c.loops == [("body", 4)] and c.flops == 4 * (2 * 8 * 32 * 16 + adds)

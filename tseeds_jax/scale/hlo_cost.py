@@ -151,7 +151,7 @@ class _Counter:
         body = self.comps.get(attr(w.attrs, "body") or "")
         if body is None or body.root.opcode != "tuple" or index >= len(body.root.operands):
             return 1
-        upd = body.by_name.get(body.root.operands[index])
+        upd = _unwrap(body, body.by_name.get(body.root.operands[index]))
         comp = body
         if upd is not None and upd.opcode == "fusion":  # the increment fused: look inside
             fused = self.comps.get(attr(upd.attrs, "calls") or "")
@@ -165,12 +165,13 @@ class _Counter:
             params = {i.name: outer.operands[int(i.operands[0])] for i in fused.instrs
                       if i.opcode == "parameter" and i.operands[0].isdigit()
                       and int(i.operands[0]) < len(outer.operands)}
-            ops = [body.by_name.get(params[x]) if x in params else fused.by_name.get(x)
-                   for x in upd.operands]
+            ops = [_unwrap(body, body.by_name.get(params[x])) if x in params
+                   else _unwrap(fused, fused.by_name.get(x)) for x in upd.operands]
             return self._step_of(upd.opcode, ops, index)
         if upd is None or upd.opcode not in ("add", "subtract") or len(upd.operands) != 2:
             return 1
-        return self._step_of(upd.opcode, [comp.by_name.get(x) for x in upd.operands], index)
+        return self._step_of(upd.opcode, [_unwrap(comp, comp.by_name.get(x))
+                                          for x in upd.operands], index)
 
     @staticmethod
     def _step_of(opcode: str, ops, index: int) -> int:
@@ -410,6 +411,14 @@ class _Counter:
                         best = sub.cost
                 if best is not None:
                     _merge(c, best)
+
+
+def _unwrap(comp: Computation, x: Instr | None) -> Instr | None:
+    """`x` with the copies / bitcasts / converts around it removed (a loop counter is often
+    copied before its increment)."""
+    while x is not None and x.opcode in ("copy", "bitcast", "convert") and x.operands:
+        x = comp.by_name.get(x.operands[0])
+    return x
 
 
 def _merge(into: HloCost, other: HloCost) -> None:
