@@ -41,8 +41,9 @@ DEFAULT_MAX_SHARD_SIZE = "5GB"
 
 
 def load_config(path: str | os.PathLike, *, dtype: str = "float32", compute_dtype: str | None = None,
-                remat: bool = False) -> ModelConfig:
-    """ModelConfig from `path/config.json` with our run settings (param/compute dtype, remat)."""
+                remat: bool = False, attention_impl: str = "auto") -> ModelConfig:
+    """ModelConfig from `path/config.json` with our run settings (param/compute dtype, remat,
+    attention implementation)."""
     path = Path(path)
     if not path.is_dir():
         raise MissingFileError(f"{path}: model folder does not exist")
@@ -53,7 +54,7 @@ def load_config(path: str | os.PathLike, *, dtype: str = "float32", compute_dtyp
     if not file.is_file():
         raise MissingFileError(f"{file}: config.json not found")
     return ModelConfig.from_hf_file(file, param_dtype=dtype, dtype=compute_dtype or dtype,
-                                    remat=remat)
+                                    remat=remat, attention_impl=attention_impl)
 
 
 def hf_config_dict(cfg: ModelConfig, dtype: str) -> dict:
@@ -164,7 +165,8 @@ def params_of(model: Transformer) -> dict:
 
 
 def from_pretrained(path: str | os.PathLike, dtype: str = "float32", *, mesh=None, rules=None,
-                    compute_dtype: str | None = None, remat: bool = False) -> Transformer:
+                    compute_dtype: str | None = None, remat: bool = False,
+                    attention_impl: str = "auto") -> Transformer:
     """Loads an HF folder (config.json + model.safetensors or sharded + index) as a `Transformer`.
 
     dtype: parameter dtype ("float32", "bfloat16", "float16"), also the compute dtype unless
@@ -172,7 +174,8 @@ def from_pretrained(path: str | os.PathLike, dtype: str = "float32", *, mesh=Non
     mesh: place parameters directly on this mesh per the sharding rules table.
     The result is callable as `model(tokens_BT) -> logits_BTV` (float32).
     """
-    cfg = load_config(path, dtype=dtype, compute_dtype=compute_dtype, remat=remat)
+    cfg = load_config(path, dtype=dtype, compute_dtype=compute_dtype, remat=remat,
+                      attention_impl=attention_impl)
     shardings = None
     if mesh is not None:
         shardings = pure_shardings(nnx.state(abstract_model(cfg)), mesh, rules)

@@ -42,6 +42,9 @@ def default_config() -> ml_collections.ConfigDict:
     c.model.param_dtype = "float32"
     c.model.dtype = "float32"  # compute dtype
     c.model.remat = False
+    # Attention kernel: "auto" (splash on TPU, cuDNN on GPU for 16-bit inputs, XLA on CPU, chunked
+    # XLA above 2,048 tokens) | "xla" (the reference) | "chunked" | "splash" | "cudnn".
+    c.model.attention_impl = "auto"
     c.model.sampler_dtype = "float32"  # the sampler may cast the params pytree (e.g. bfloat16)
 
     c.tokenizer = "char"  # "char" (built-in character vocabulary) | "spm:MODEL" | "hf:DIR"

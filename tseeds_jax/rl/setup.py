@@ -146,22 +146,25 @@ def build_tokenizer(cfg: TrainConfig, source):
 def build_model(cfg: TrainConfig, vocab_size: int):
     m = cfg.model
     init = m["init"]
+    # The run settings apply whatever the weights' source: the programs `tseeds compile` checks
+    # (scale/plan.model_config_for) are built with the same compute dtype, remat and attention.
+    run = dict(remat=m["remat"], attention_impl=m.get("attention_impl", "auto"))
     if init == "random":
         arch = dict(m["arch"])
         if not arch.get("vocab_size"):
             arch["vocab_size"] = vocab_size
         mcfg = ModelConfig.from_hf_dict(arch, source="config.model.arch",
-                                        param_dtype=m["param_dtype"], dtype=m["dtype"],
-                                        remat=m["remat"])
+                                        param_dtype=m["param_dtype"], dtype=m["dtype"], **run)
         model = init_model(mcfg, seed=cfg.seed)
     elif init.startswith("hf:"):
         from tseeds_jax import hf
 
-        model = hf.from_pretrained(init[3:], dtype=m["param_dtype"])
+        model = hf.from_pretrained(init[3:], dtype=m["param_dtype"], compute_dtype=m["dtype"], **run)
     elif init.startswith("orbax:"):
         from tseeds_jax import hf
 
-        model = hf.load_checkpoint_model(init[6:], dtype=m["param_dtype"])
+        model = hf.load_checkpoint_model(init[6:], dtype=m["param_dtype"], compute_dtype=m["dtype"],
+                                         **run)
     else:
         raise ConfigValueError(f"config.model.init={init!r}: expected 'random', 'hf:DIR' or "
                                "'orbax:DIR'")

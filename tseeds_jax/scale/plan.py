@@ -481,7 +481,8 @@ def model_config_for(cfg, *, read_hf: bool = True):
     from tseeds_jax.model import ModelConfig
 
     mdict = cfg.model
-    run = dict(param_dtype=mdict["param_dtype"], dtype=mdict["dtype"], remat=mdict["remat"])
+    run = dict(param_dtype=mdict["param_dtype"], dtype=mdict["dtype"], remat=mdict["remat"],
+               attention_impl=mdict.get("attention_impl", "auto"))
     init = mdict["init"]
     if read_hf and isinstance(init, str) and init.startswith("hf:"):
         path = os.path.join(init[3:], "config.json")
