@@ -2,9 +2,11 @@
 asynchronous checkpoints every N steps, every write slowed by 2 s (the write-latency hook), a
 notice (SIGTERM to host 1) and a SIGKILL of both processes WINDOW seconds later, as GCE stops a
 Spot VM about 30 s after its notice (scaled down: the steps here take a fraction of a second).
-A final save does not fit in the window, so the run must not start one: it lets the write in
-flight commit and stops (exit 75) before the SIGKILL, having lost at most N steps
-(rl/preemption.py, docs/tpu.md)."""
+Whether a final save fits depends on when the notice lands against the write in flight (host 0's
+measured save time vs the window left), so both outcomes are accepted, each with its own check:
+a save that does not fit is not started (the write in flight commits, at most N steps are lost);
+one that fits commits the step the run stopped at (nothing lost). Either way every process stops
+(exit 75) before the SIGKILL and reports the step it resumes from (rl/preemption.py, docs/tpu.md)."""
 
 import re
 import signal
@@ -61,9 +63,13 @@ def test_notice_with_a_short_window_loses_at_most_n_steps_on_two_processes(tmp_p
     stop_step = len(metrics.read_text().splitlines())  # steps finished when the run stopped
     last = committed()[-1]
     assert reported == {last}, (reported, last)
-    # the save did not fit: no step started after the notice was checkpointed, and the write in
-    # flight at the notice was committed
-    assert all("no time left in the 5 s notice window" in o for o in outs), outs[0][-2000:]
-    assert 0 <= stop_step - last <= N, (stop_step, last)
+    skipped = ["no time left in the 5 s notice window" in o for o in outs]
+    assert len(set(skipped)) == 1, skipped  # the hosts agreed on one decision
+    if skipped[0]:
+        # the save did not fit: none was started, and the write in flight at the notice committed
+        assert 0 <= stop_step - last <= N, (stop_step, last)
+    else:
+        # the save fitted: the step the run stopped at is the committed one
+        assert last == stop_step, (stop_step, last)
     for i in range(2):
         assert (tmp_path / "m" / "seed_cache" / str(last) / f"host-000{i}.npz").exists()
