@@ -12,6 +12,8 @@ import signal
 import numpy as np
 import pytest
 
+from tests.test_preemption import _Prompts, _state
+from tests.test_preemption import _run as _saved_run
 from tseeds_jax import checkpoint
 from tseeds_jax.rl import preemption
 from tseeds_jax.rl.hosts import Hosts
@@ -24,23 +26,8 @@ from tseeds_jax.rl.state_io import (
 from tseeds_jax.seeds import SeedCache
 
 
-class _Prompts:
-    def __init__(self, pos):
-        self.pos = pos
-
-    def get_state(self):
-        return {"pos": self.pos}
-
-
-def _state(seed):
-    rng = np.random.default_rng(seed)
-    return {"w": rng.normal(size=(16, 8)).astype(np.float32), "n": np.int32(seed)}
-
-
 def _run(tmp_path, steps=(2, 4), **kw):
-    ck = RunCheckpointer(str(tmp_path), keep_last=3, response_width=4, **kw)
-    for s in steps:
-        ck.save(s, _state(s), SeedCache(cycle_start=s), _Prompts(s))
+    ck = _saved_run(tmp_path, steps, **kw)
     ck.finish()
     ck.ckpts.close()  # Orbax's background threads of an asynchronous manager
     return ck
