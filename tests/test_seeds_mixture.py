@@ -6,6 +6,7 @@ model on binarised rewards; calibration metrics on informative predictions only
 import numpy as np
 import pytest
 
+from tests.test_seeds_selection import _rollouts as constructed_rollouts
 from tests.trainer_utils import tiny_cd
 from tseeds_jax.rl.config import TrainConfig
 from tseeds_jax.seeds import feedback, make_selected_seed_batch, sample_rngs, selection, truncation
@@ -14,13 +15,7 @@ NAMES = ["mixture", "mixture_spread"]
 
 
 def _rollouts(rewards, lengths, group_size, seed=0):
-    rng = np.random.default_rng(seed)
-    r = max(lengths) + 3
-    tokens = [rng.integers(3, 50, n).tolist() for n in lengths]
-    return selection.BehaviorRollouts(tokens=tokens, logp_NR=-rng.random((len(lengths), r)),
-                                      entropy_NR=rng.random((len(lengths), r)),
-                                      rewards_N=np.asarray(rewards, np.float64),
-                                      group_size=group_size)
+    return constructed_rollouts(rewards, lengths, seed=seed, group_size=group_size)
 
 
 def _stats(p, gamma=1.0):
