@@ -1,0 +1,275 @@
+"""Decode-step attention over the KV cache that reads only each slot's live positions.
+
+Letters: B cache slots (rows), K kv heads, G = H // K query heads per kv head, E head dim,
+S cache length, Bb / Sb slots / cache positions per kernel block, Nb / Ns blocks over B / S.
+
+`decode_attention(q_BKGE, k_BKES, v_BKSE, length_B, impl=...)`: one new query per slot (already
+written into the cache) attends to cache positions [0, length_B[b]) of its slot. The cache layout
+is the model's `KVCache`: keys transposed [B, K, E, S], values [B, K, S, E]. Implementations:
+
+* "xla": the reference and today's numerics: float32 scores over the whole cache [B, K, G, S],
+  positions >= length masked, float32 softmax, probabilities cast to q's dtype for the value
+  product. Reads all S positions of every slot every step.
+* "ragged": our Pallas TPU kernel (below); on CPU it runs in Pallas interpret mode (tests only:
+  ~1 ms per grid step).
+* "auto": ragged on TPU, xla elsewhere (GPU included: there is no GPU kernel here, and XLA's
+  fused masked softmax is what the GPU sampler ran before).
+
+Output: [B, K, G, E] in q's dtype. A slot whose length is 0 gets zeros (both implementations);
+lengths above S mean S (the cache write clamps its offset the same way).
+
+Why our own kernel and not one from `jax.experimental.pallas.ops.tpu` (checked in jax 0.10.2):
+`paged_attention` wants pages [K, pages, page, E] with E minor for both keys and values, and
+`ragged_paged_attention` one combined [pages, page, 2K, E] array; our keys are stored transposed
+([B, K, E, S], which makes the XLA path's two products plain batched matmuls, see `KVCache`), so
+either would need the whole cache copied into its layout every step -- the traffic this kernel
+exists to avoid.
+
+The kernel. Grid (Nb, Ns), slot blocks outer ("parallel": split across TensorCores), cache
+blocks inner ("arbitrary": an online softmax runs along them). Each step holds Bb slots and all
+local kv heads: a grid step costs ~0.35 us on TPU, so one per (slot, head, block) would dominate
+at sampler sizes (224 slots x 8 blocks x 28 layers). Two int32 arrays are scalar-prefetched
+(`PrefetchScalarGridSpec`): the lengths and, per slot block, its number of live cache blocks
+(ceil(max length in the block / Sb)). The K/V index_map clamps the cache-block index to the last
+live block of the slot block (`kv_block`): steps past it ask for the block already in VMEM, so the
+pipeline issues no DMA for them, and `pl.when` skips their compute. Inside a live block each slot
+whose length does not reach the block is skipped as well, and positions past a slot's length are
+masked. Softmax statistics m, l and the accumulator are float32 VMEM scratch; scores are scaled
+by 1 / sqrt(E) in float32 as in the reference; the unnormalised probabilities are cast to the
+value dtype for the second product (as the reference casts its normalised ones).
+
+Block sizes (TPU tiling: the last two dimensions of a block are multiples of (8, 128) or whole):
+Sb = the largest multiple of 128 that divides S and is <= `BLOCK_S` (S itself when S is not a
+multiple of 128: the sampler's small buckets 64, 96, 192); Bb = the largest divisor of the local
+B whose key block stays within `BLOCK_BYTES` (K and V blocks are double-buffered: ~4x that in
+VMEM).
+
+Sharding: under a multi-device mesh the kernel runs inside `shard_map` (XLA cannot partition a
+Mosaic call), slots over the data axes and kv heads over `tensor`, as `attention_splash` does
+(`attention._mesh_split`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from tseeds_jax.kernels import target as kernel_target
+from tseeds_jax.model.attention import MASK_VALUE, _mesh_split
+
+IMPLS = ("auto", "xla", "ragged")
+# Cache positions per kernel block, at most (TPU); and the byte budget of one key block.
+BLOCK_S = 512
+BLOCK_BYTES = 2 << 20
+LANES = 128
+KERNEL_NAME = "ragged_decode_attention"
+
+
+def resolve_impl(impl: str, *arrays) -> str:
+    """The implementation "auto" stands for on the kernels' target (see `kernels.target`)."""
+    if not isinstance(impl, str) or impl not in IMPLS:
+        raise ValueError(f"decode_attention_impl must be one of {IMPLS}, got {impl!r}")
+    if impl != "auto":
+        return impl
+    return "ragged" if kernel_target.detect(*arrays).platform == "tpu" else "xla"
+
+
+def decode_attention(q_BKGE, k_BKES, v_BKSE, length_B, *, impl: str = "auto",
+                     block_b: int | None = None, block_s: int | None = None,
+                     interpret: bool | None = None):
+    """One query per slot over the first `length_B[b]` cache positions of its slot.
+
+    q_BKGE [B, K, G, E] (compute dtype, RoPE applied); k_BKES [B, K, E, S] and v_BKSE
+    [B, K, S, E] (the cache, new key/value already written); length_B int [B] (write offset + 1).
+    Returns [B, K, G, E] in q's dtype (zeros where the length is 0). `block_b` / `block_s` /
+    `interpret` override the ragged kernel's block sizes and interpret mode (tests).
+    """
+    if q_BKGE.ndim != 4 or k_BKES.ndim != 4 or v_BKSE.ndim != 4:
+        raise ValueError(f"decode_attention: q [B,K,G,E], k [B,K,E,S], v [B,K,S,E] expected, got "
+                         f"{q_BKGE.shape}, {k_BKES.shape}, {v_BKSE.shape}")
+    b, kh, _, e = q_BKGE.shape
+    s = k_BKES.shape[3]
+    if k_BKES.shape != (b, kh, e, s) or v_BKSE.shape != (b, kh, s, e):
+        raise ValueError(f"decode_attention: k {k_BKES.shape} / v {v_BKSE.shape} do not match "
+                         f"q {q_BKGE.shape} (k [B,K,E,S], v [B,K,S,E])")
+    if tuple(jnp.shape(length_B)) != (b,):
+        raise ValueError(f"decode_attention: length_B shape {tuple(jnp.shape(length_B))} != {(b,)}")
+    if not jnp.issubdtype(jnp.result_type(length_B), jnp.integer):
+        raise TypeError(f"decode_attention: length_B must be integer, got "
+                        f"{jnp.result_type(length_B)}")
+    length_B = jnp.clip(jnp.asarray(length_B, jnp.int32), 0, s)
+    impl = resolve_impl(impl, q_BKGE)
+    if impl == "xla":
+        return decode_attention_xla(q_BKGE, k_BKES, v_BKSE, length_B)
+    return decode_attention_ragged(q_BKGE, k_BKES, v_BKSE, length_B, block_b=block_b,
+                                   block_s=block_s, interpret=interpret)
+
+
+# ---------------------------------------------------------------- XLA reference
+
+
+def decode_attention_xla(q_BKGE, k_BKES, v_BKSE, length_B):
+    """The reference: masked softmax over the whole cache (float32 [B, K, G, S] scores)."""
+    dt = q_BKGE.dtype
+    e, s = q_BKGE.shape[-1], k_BKES.shape[-1]
+    scores_BKGS = jnp.einsum("bkge,bkes->bkgs", q_BKGE, k_BKES.astype(dt),
+                             preferred_element_type=jnp.float32) / math.sqrt(e)
+    live_BS = jnp.arange(s)[None, :] < length_B[:, None]
+    scores_BKGS = jnp.where(live_BS[:, None, None, :], scores_BKGS, MASK_VALUE)
+    probs_BKGS = jax.nn.softmax(scores_BKGS, axis=-1).astype(dt)
+    out_BKGE = jnp.einsum("bkgs,bkse->bkge", probs_BKGS, v_BKSE.astype(dt))
+    return jnp.where((length_B > 0)[:, None, None, None], out_BKGE, jnp.zeros((), dt))
+
+
+# ---------------------------------------------------------------- ragged Pallas kernel
+
+
+def block_sizes(b: int, kh: int, e: int, s: int, itemsize: int) -> tuple[int, int]:
+    """(Bb, Sb) for a local cache of B slots, K heads, head dim E, length S (see module doc)."""
+    if s % LANES:
+        bs = s
+    else:
+        bs = max(m * LANES for m in range(1, min(BLOCK_S, s) // LANES + 1) if s % (m * LANES) == 0)
+    per_slot = kh * e * bs * itemsize
+    bb = max(d for d in range(1, b + 1) if b % d == 0 and (d == 1 or d * per_slot <= BLOCK_BYTES))
+    return bb, bs
+
+
+def live_blocks(length_B, block_b: int, block_s: int):
+    """int32 [B / Bb]: per slot block, the number of cache blocks holding a live position."""
+    longest = jnp.max(jnp.asarray(length_B, jnp.int32).reshape(-1, block_b), axis=1)
+    return (longest + block_s - 1) // block_s
+
+
+def kv_block(j, live):
+    """The cache block that grid step j of a slot block with `live` live blocks reads: j itself,
+    clamped to the last live block (block 0 when none is live), so steps past it repeat the
+    previous index and the pipeline fetches nothing new."""
+    return jnp.maximum(jnp.minimum(j, live - 1), 0)
+
+
+def kv_block_indices(length_B, block_b: int, block_s: int, s: int) -> list[tuple[int, int]]:
+    """The (slot block, cache block) pairs the kernel's K/V index_map returns, in grid order
+    (pure Python; what the tests check the clamp with)."""
+    live = [int(x) for x in live_blocks(length_B, block_b, block_s)]
+    return [(i, int(kv_block(j, live[i]))) for i in range(len(live)) for j in range(s // block_s)]
+
+
+def _kernel(len_ref, live_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, block_b: int,
+            block_s: int, scale: float):
+    from jax.experimental import pallas as pl
+
+    i, j = pl.program_id(0), pl.program_id(1)
+    kh = q_ref.shape[1]
+    start = j * block_s
+
+    @pl.when(j == 0)
+    def _init():
+        m_ref[...] = jnp.full(m_ref.shape, MASK_VALUE, jnp.float32)
+        l_ref[...] = jnp.zeros(l_ref.shape, jnp.float32)
+        acc_ref[...] = jnp.zeros(acc_ref.shape, jnp.float32)
+
+    @pl.when(j < live_ref[i])
+    def _block():
+        def slot(r, carry):
+            length = len_ref[i * block_b + r]
+
+            @pl.when(start < length)
+            def _slot():
+                for h in range(kh):
+                    q_GE = q_ref[r, h]
+                    s_GS = jax.lax.dot_general(q_GE, k_ref[r, h], (((1,), (0,)), ((), ())),
+                                               preferred_element_type=jnp.float32) * scale
+                    pos = start + jax.lax.broadcasted_iota(jnp.int32, s_GS.shape, 1)
+                    s_GS = jnp.where(pos < length, s_GS, MASK_VALUE)
+                    m_prev = m_ref[r, h]
+                    m_new = jnp.maximum(m_prev, jnp.max(s_GS, axis=1, keepdims=True))
+                    alpha = jnp.exp(m_prev - m_new)
+                    p_GS = jnp.exp(s_GS - m_new)
+                    v_SE = v_ref[r, h]
+                    pv_GE = jax.lax.dot_general(p_GS.astype(v_SE.dtype), v_SE,
+                                                (((1,), (0,)), ((), ())),
+                                                preferred_element_type=jnp.float32)
+                    l_ref[r, h] = alpha * l_ref[r, h] + jnp.sum(p_GS, axis=1, keepdims=True)
+                    acc_ref[r, h] = alpha * acc_ref[r, h] + pv_GE
+                    m_ref[r, h] = m_new
+
+            return carry
+
+        jax.lax.fori_loop(0, block_b, slot, 0)
+
+    @pl.when(j == pl.num_programs(1) - 1)
+    def _finish():
+        l = l_ref[...]
+        out = acc_ref[...] / jnp.where(l > 0, l, 1.0)
+        o_ref[...] = jnp.where(l > 0, out, 0.0).astype(o_ref.dtype)
+
+
+def _ragged_local(q_BKGE, k_BKES, v_BKSE, length_B, *, block_b, block_s, interpret):
+    """The kernel on one device's slots and heads."""
+    from jax.experimental import pallas as pl
+    from jax.experimental.pallas import tpu as pltpu
+
+    b, kh, g, e = q_BKGE.shape
+    s = k_BKES.shape[3]
+    auto_bb, auto_bs = block_sizes(b, kh, e, s, jnp.dtype(k_BKES.dtype).itemsize)
+    bb = auto_bb if block_b is None else block_b
+    bs = auto_bs if block_s is None else block_s
+    if b % bb or s % bs or (bs != s and bs % LANES):
+        raise ValueError(f"decode_attention: block_b={bb} must divide the local slots {b} and "
+                         f"block_s={bs} the cache length {s} (a multiple of {LANES} or all of it)")
+    dt = q_BKGE.dtype
+    q = q_BKGE.astype(k_BKES.dtype)
+    live = live_blocks(length_B, bb, bs)
+
+    def q_map(i, j, len_ref, live_ref):
+        return i, 0, 0, 0
+
+    def k_map(i, j, len_ref, live_ref):
+        return i, 0, 0, kv_block(j, live_ref[i])
+
+    def v_map(i, j, len_ref, live_ref):
+        return i, 0, kv_block(j, live_ref[i]), 0
+
+    grid_spec = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=2,
+        grid=(b // bb, s // bs),
+        in_specs=[pl.BlockSpec((bb, kh, g, e), q_map),
+                  pl.BlockSpec((bb, kh, e, bs), k_map),
+                  pl.BlockSpec((bb, kh, bs, e), v_map)],
+        out_specs=pl.BlockSpec((bb, kh, g, e), q_map),
+        scratch_shapes=[pltpu.VMEM((bb, kh, g, 1), jnp.float32),
+                        pltpu.VMEM((bb, kh, g, 1), jnp.float32),
+                        pltpu.VMEM((bb, kh, g, e), jnp.float32)])
+    kernel = functools.partial(_kernel, block_b=bb, block_s=bs, scale=1.0 / math.sqrt(e))
+    return pl.pallas_call(
+        kernel, grid_spec=grid_spec, out_shape=jax.ShapeDtypeStruct((b, kh, g, e), dt),
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "arbitrary")),
+        interpret=interpret, name=KERNEL_NAME,
+    )(length_B, live, q, k_BKES, v_BKSE)
+
+
+def decode_attention_ragged(q_BKGE, k_BKES, v_BKSE, length_B, *, block_b: int | None = None,
+                            block_s: int | None = None, interpret: bool | None = None):
+    """The Pallas kernel; interpret mode off TPU unless told otherwise. Under a mesh: inside
+    `shard_map`, slots over the data axes, kv heads over `tensor` (block_b then counts local
+    slots)."""
+    from tseeds_jax.model.activations import ambient_mesh
+
+    if interpret is None:
+        interpret = kernel_target.detect(q_BKGE).platform != "tpu"
+    length_B = jnp.asarray(length_B, jnp.int32)
+    local = functools.partial(_ragged_local, block_b=block_b, block_s=block_s,
+                              interpret=interpret)
+    mesh = ambient_mesh()
+    if mesh is None:
+        return local(q_BKGE, k_BKES, v_BKSE, length_B)
+    batch, heads = _mesh_split(mesh, q_BKGE.shape[0], q_BKGE.shape[1])
+    bspec = batch if batch else None
+    spec = P(bspec, heads, None, None)
+    return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec, P(bspec)),
+                         out_specs=spec, check_vma=False)(q_BKGE, k_BKES, v_BKSE, length_B)
