@@ -19,7 +19,7 @@ TRUNCATIONS = ("ratio", "entropy", "success_target", "mixture", "mixture_spread"
 VARIANTS = ("state+action", "state")
 OLD_LOGP_MODES = ("auto", "shortcut", "recompute")
 OFFPOLICY_MISSING = ("error", "on_policy")
-SAMPLER_PLACEMENTS = ("replica", "sharded")
+SAMPLER_PLACEMENTS = ("replica", "sharded", "decode")
 
 
 class ConfigValueError(ValueError):
@@ -45,6 +45,9 @@ def default_config() -> ml_collections.ConfigDict:
     # Attention kernel: "auto" (splash on TPU, cuDNN on GPU for 16-bit inputs, XLA on CPU, chunked
     # XLA above 2,048 tokens) | "xla" (the reference) | "chunked" | "splash" | "cudnn".
     c.model.attention_impl = "auto"
+    # The sampler's decode-step attention over the KV cache: "auto" (a ragged Pallas kernel that
+    # reads only live cache blocks on TPU, XLA elsewhere) | "xla" (the reference) | "ragged".
+    c.model.decode_attention_impl = "auto"
     c.model.sampler_dtype = "float32"  # the sampler may cast the params pytree (e.g. bfloat16)
 
     c.tokenizer = "char"  # "char" (built-in character vocabulary) | "spm:MODEL" | "hf:DIR"
@@ -139,9 +142,14 @@ def default_config() -> ml_collections.ConfigDict:
     c.hardware.num_devices = 0  # 0: from the accelerator name (at run time: jax.device_count())
     c.hardware.sampler_slots = 0  # concurrent decode slots; 0: the sampler's default (<= 256)
     # Where sampling and the per-sequence statistics run: "replica" (a full parameter copy on one
-    # device per host) or "sharded" (the learner's sharded parameters and the whole mesh; on
-    # several hosts data x fsdp must be a multiple of the host count). See docs/scale.md.
+    # device per host), "sharded" (the learner's sharded parameters and the whole mesh; on
+    # several hosts data x fsdp must be a multiple of the host count) or "decode" (statistics as
+    # "sharded"; sampling on a decode layout of its own over the same devices: tensor-parallel
+    # replicas within a host, weights resharded at each sync, slots from memory;
+    # sampling/layout.py). See docs/scale.md.
     c.hardware.sampler_placement = "replica"
+    # "decode": devices per tensor-parallel replica (0: chosen by an HBM roofline, 1 on CPU).
+    c.hardware.sampler_tensor = 0
 
     c.checkpoint_every = 0  # 0: only at exit (and on SIGTERM / SIGINT, rl/preemption.py)
     # Also checkpoint when host 0 last saved this many minutes ago (0 disables): bounds the work
@@ -270,6 +278,7 @@ class HardwareConfig:
     num_devices: int = 0
     sampler_slots: int = 0
     sampler_placement: str = "replica"
+    sampler_tensor: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -487,7 +496,7 @@ class TrainConfig:
         hbm = hw.hbm_gib_per_device
         if isinstance(hbm, bool) or not isinstance(hbm, (int, float)) or hbm < 0:
             bad("hbm_gib_per_device", hbm, "must be >= 0 (0: from the accelerator)")
-        for name in ("num_devices", "sampler_slots"):
+        for name in ("num_devices", "sampler_slots", "sampler_tensor"):
             v = getattr(hw, name)
             if not isinstance(v, int) or isinstance(v, bool) or v < 0:
                 bad(name, v, "must be an integer >= 0 (0: automatic)")

@@ -101,7 +101,7 @@ def check_sampler_placement(placement: str, hosts: Hosts, mesh=None) -> None:
     if placement not in SAMPLER_PLACEMENTS:
         raise ConfigValueError(f"config.hardware.sampler_placement={placement!r}: known: "
                                f"{SAMPLER_PLACEMENTS}")
-    if placement == "sharded" and not hosts.single and mesh is not None:
+    if placement in ("sharded", "decode") and not hosts.single and mesh is not None:
         # The statistics passes hand each host's rows to the mesh as its share of a global
         # array (`to_global`): every process must own whole row blocks of the batch axes.
         shards = shards_of(mesh, "batch")
@@ -115,11 +115,12 @@ def check_sampler_placement(placement: str, hosts: Hosts, mesh=None) -> None:
 def sampler_params(params, placement: str, hosts: Hosts):
     """The parameters that sampling and the per-sequence statistics run with: a host-local full
     replica ("replica"), or `params` as they are, sharded over the mesh ("sharded": no gather,
-    no copy; the sampler places its KV cache on the same mesh). The placement was checked once,
-    when the trainer was built (`check_sampler_placement`)."""
+    no copy; the sampler places its KV cache on the same mesh; "decode": the same here, the
+    sample function moves them into its decode layout, `sampling.layout.WeightSync`). The
+    placement was checked once, when the trainer was built (`check_sampler_placement`)."""
     from tseeds_jax.sampling.placement import params_mesh
 
-    if placement == "sharded" and (hosts.single or params_mesh(params) is not None):
+    if placement in ("sharded", "decode") and (hosts.single or params_mesh(params) is not None):
         return params
     # Fully replicated parameters on several processes (a data-only mesh): every device holds a
     # whole copy anyway, and the local one is free to take (no gather).

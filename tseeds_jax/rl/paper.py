@@ -36,6 +36,7 @@ class Slice:
     # "sharded": the sampler runs on the learner's sharded params (no full replica per host);
     # needed wherever a full replica plus KV cache does not fit one chip (`tseeds plan`).
     sampler_placement: str = "replica"
+    sampler_tensor: int = 0  # "decode": devices per tensor-parallel sampler replica (0: auto)
 
     @property
     def micro_batch_size(self) -> int:
@@ -114,4 +115,5 @@ def paper_config(*, name: str, model_dir: str, arch: Mapping, data: str, templat
     c.hardware.accelerator = hw.accelerator
     c.hardware.sampler_slots = hw.sampler_slots
     c.hardware.sampler_placement = hw.sampler_placement
+    c.hardware.sampler_tensor = hw.sampler_tensor
     return c

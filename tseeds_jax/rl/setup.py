@@ -6,6 +6,7 @@ import logging
 import os
 from typing import Any
 
+import jax
 import numpy as np
 from flax import nnx
 
@@ -148,7 +149,8 @@ def build_model(cfg: TrainConfig, vocab_size: int):
     init = m["init"]
     # The run settings apply whatever the weights' source: the programs `tseeds compile` checks
     # (scale/plan.model_config_for) are built with the same compute dtype, remat and attention.
-    run = dict(remat=m["remat"], attention_impl=m.get("attention_impl", "auto"))
+    run = dict(remat=m["remat"], attention_impl=m.get("attention_impl", "auto"),
+               decode_attention_impl=m.get("decode_attention_impl", "auto"))
     if init == "random":
         arch = dict(m["arch"])
         if not arch.get("vocab_size"):
@@ -174,10 +176,12 @@ def build_model(cfg: TrainConfig, vocab_size: int):
     return model
 
 
-def make_sample_fn(cfg: TrainConfig, graphdef, stop_tokens, max_prefill: int):
+def make_sample_fn(cfg: TrainConfig, graphdef, stop_tokens, max_prefill: int, model_cfg=None):
     from tseeds_jax import sampling
 
     r = cfg.rollout
+    sync = decode_sync(cfg, model_cfg, max_prefill) \
+        if cfg.hardware.sampler_placement == "decode" else None
 
     def sample_fn(params, requests, budgets, seed):
         # seed = (stream seed, global index of the first request): every request's random stream
@@ -188,11 +192,14 @@ def make_sample_fn(cfg: TrainConfig, graphdef, stop_tokens, max_prefill: int):
         if len(index) != len(requests):
             raise ValueError(f"sample_fn: {len(index)} request indices for {len(requests)} requests")
         seeds = [int(np.random.SeedSequence([stream, i]).generate_state(1)[0]) for i in index]
+        slots = cfg.hardware.sampler_slots or None
+        if sync is not None:
+            params = sync(params)
+            slots = slots or sync.slots(len(requests))
         results = sampling.generate((graphdef, params), requests, max_new_tokens=budgets,
                                     temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
                                     seed=seeds, stop_tokens=stop_tokens,
-                                    max_prefill_length=max_prefill,
-                                    num_slots=cfg.hardware.sampler_slots or None)
+                                    max_prefill_length=max_prefill, num_slots=slots)
         out = []
         for res in results:
             if res.finish_reason == "error":
@@ -200,7 +207,24 @@ def make_sample_fn(cfg: TrainConfig, graphdef, stop_tokens, max_prefill: int):
             out.append((res.tokens, res.logprobs, res.finish_reason))
         return out
 
+    sample_fn.weight_sync = sync
     return sample_fn
+
+
+def decode_sync(cfg: TrainConfig, model_cfg: ModelConfig, max_prefill: int):
+    """The decode layout's weight sync for this run (`sampling.layout.WeightSync`), sized for
+    the run's largest sampler call: a refresh's behavior requests, else a step's rows."""
+    from tseeds_jax.sampling import core, layout
+    from tseeds_jax.scale import hardware
+
+    rows = cfg.rollout.batch_prompts * cfg.rollout.group_size
+    requests = rows * max(cfg.seeds.refresh_interval - 1, 1) if cfg.seeded else rows
+    if model_cfg is None:
+        raise ValueError("hardware.sampler_placement='decode' needs the model config")
+    return layout.WeightSync(model_cfg, sampler_dtype=cfg.model.get("sampler_dtype", "float32"),
+                             requests=requests, cache_len=core.cache_bucket(max_prefill),
+                             tensor=cfg.hardware.sampler_tensor,
+                             chip=hardware.chip_of_devices(jax.devices()))
 
 
 def make_reward_fn(name: str):
@@ -233,7 +257,8 @@ def build_env(cfg: TrainConfig, *, checkpointer=None) -> tuple[TrainEnv, Any]:
     stream = PromptStream(source, lambda text: encode_prompt(tok, template, text), max_prompt,
                           seed=cfg.seed)
     stops = stop_token_ids(tok, template)
-    sample_fn = make_sample_fn(cfg, graphdef, stops, max_prompt + cfg.rollout.max_response_len)
+    sample_fn = make_sample_fn(cfg, graphdef, stops, max_prompt + cfg.rollout.max_response_len,
+                               model_cfg=model.cfg)
     env = TrainEnv(graphdef=graphdef, params=params, sample_fn=sample_fn,
                    reward_fn=make_reward_fn(cfg.reward),
                    decode=lambda ids: tok.decode(ids, skip_special_tokens=True),

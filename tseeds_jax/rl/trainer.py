@@ -150,7 +150,7 @@ class Trainer:
     def _sample_fn(self):
         """env.sample_fn; collective across hosts when the sampler's parameters span several
         processes (every device decodes for every host: `hosts.gathered_sample_fn`)."""
-        if self.hosts.single or self.cfg.hardware.sampler_placement != "sharded":
+        if self.hosts.single or self.cfg.hardware.sampler_placement not in ("sharded", "decode"):
             return self.env.sample_fn
         return hosts_lib.gathered_sample_fn(self.env.sample_fn, self.hosts)
 
@@ -315,6 +315,9 @@ class Trainer:
         metrics["time_rollout"] = metrics.pop("rollout_time")
         metrics["time_reward"] = metrics.pop("reward_time")
         metrics["time_refresh"] = metrics.pop("refresh_time")
+        sync = getattr(self.env.sample_fn, "weight_sync", None)
+        if sync is not None:  # the decode layout's reshards of this step (inside time_rollout)
+            metrics["time_weight_sync"] = sync.take_seconds()
         if not np.isfinite(metrics["loss"]) or not np.isfinite(metrics["grad_norm"]):
             bad = "loss" if not np.isfinite(metrics["loss"]) else "grad_norm"
             where = self._save(tag="nan")

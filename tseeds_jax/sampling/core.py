@@ -27,7 +27,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from tseeds_jax.model import KVCache
+from tseeds_jax.model import KVCache, activations
+from tseeds_jax.sampling import vocab_parallel
 from tseeds_jax.sampling.strategies import step_keys, token_logprobs
 
 # finish codes (int32 in the state)
@@ -141,9 +142,10 @@ def prefill(graphdef, strategy, params, tokens_PT, length_P, key_P, budget_P, er
     hidden_PTD, cache = model.hidden(tokens_PT, cache=cache, lengths_B=length_P, empty_cache=True)
     last_PD = hidden_PTD[jnp.arange(p), jnp.maximum(length_P - 1, 0)]
     logits_PV = model.logits(last_PD[:, None])[:, 0]
-    token_P = strategy.sample(logits_PV, step_keys(key_P, jnp.zeros((p,), jnp.int32)))
+    token_P, logprob_P = sample_logits(model, strategy, logits_PV,
+                                       step_keys(key_P, jnp.zeros((p,), jnp.int32)))
     return Prefix(k=cache.k, v=cache.v, length_P=length_P.astype(jnp.int32), token_P=token_P,
-                  logprob_P=token_logprobs(logits_PV, token_P), key_P=key_P,
+                  logprob_P=logprob_P, key_P=key_P,
                   budget_P=budget_P.astype(jnp.int32), error_P=error_P)
 
 
@@ -216,10 +218,19 @@ def _feed(model, strategy, state: DecodeState, still_B):
     logits_B1V, cache = model.decode(state.token_B[:, None], state.cache,
                                      lengths_B=still_B.astype(jnp.int32))
     logits_BV = logits_B1V[:, 0]
-    nxt = strategy.sample(logits_BV, step_keys(state.key_B, state.step_B))
+    nxt, logp = sample_logits(model, strategy, logits_BV, step_keys(state.key_B, state.step_B))
     return state.replace(cache=cache, token_B=jnp.where(still_B, nxt, state.token_B),
-                         logprob_B=jnp.where(still_B, token_logprobs(logits_BV, nxt),
-                                             state.logprob_B))
+                         logprob_B=jnp.where(still_B, logp, state.logprob_B))
+
+
+def sample_logits(model, strategy, logits_BV, keys_B2):
+    """(tokens, temperature-1 log-probs): on vocabulary-split logits (the decode layout's
+    tensor-parallel LM head) without gathering them (`vocab_parallel`), else the strategy's own."""
+    mesh = activations.mesh_of(model.embed.value)
+    if vocab_parallel.applies(strategy, mesh, logits_BV.shape[-1]):
+        return vocab_parallel.sample(strategy, logits_BV, keys_B2, mesh)
+    tok = strategy.sample(logits_BV, keys_B2)
+    return tok, token_logprobs(logits_BV, tok)
 
 
 def _step(model, strategy, stop_tokens, state: DecodeState):

@@ -88,6 +88,24 @@ def chip(family: str) -> Chip:
     return Chip(family, float(flops), float(bw), float(hbm), float(ici), source)
 
 
+# device_kind text -> family, most specific first (TPU kinds as JAX reports them, GPU names).
+_KIND_FAMILY = (("v6 lite", "v6e"), ("v5 lite", "v5e"), ("v5", "v5p"), ("v4", "v4"),
+                ("h200", "h200"), ("h100", "h100"))
+
+
+def chip_of_devices(devices) -> Chip | None:
+    """The chip table's row for these devices' kind; None off TPU/GPU or for a kind the table
+    does not know (callers then use no bandwidth figures)."""
+    d = devices[0]
+    if d.platform not in ("tpu", "gpu", "cuda", "rocm"):
+        return None
+    kind = d.device_kind.lower()
+    for text, family in _KIND_FAMILY:
+        if text in kind:
+            return chip(family)
+    return None
+
+
 def jax_tpu_info(family: str) -> tuple[float, float] | None:
     """(bf16 FLOP/s, HBM bytes/s) of one JAX device of a TPU family from JAX, None when this JAX
     has no such table."""

@@ -1,0 +1,271 @@
+"""The sampler's own decode layout (`hardware.sampler_placement = "decode"`).
+
+Why a layout of its own: the learner's fsdp layout splits every weight matrix along `embed`
+over all chips. XLA partitions a decode step on it by keeping each shard in place and
+all-reducing activations, so every chip computes every slot on 1/fsdp of the weights and the
+float32 logits [slots, vocab] are all-reduced for every token: the step is capped by collectives
+whatever the batch. Decoding wants the opposite: each chip reads its weight shard once per step
+for as many slots as its memory holds, and moves only [slots, D] activations.
+
+The decode layout is a ("data", "fsdp", "tensor") mesh of shape (replicas, 1, tensor) over the
+same devices as the learner's mesh: `tensor` consecutive devices of one host (ICI neighbours)
+hold one tensor-parallel replica of the weights (heads, MLP width and vocabulary split, as the
+rules table says for `tensor`), and the replicas split the slots. With tensor = 1 every device
+holds a whole copy and decodes its own slots with no collective at all. The learner's parameters
+are moved into it at each weight sync (`reshard`: one jitted program whose collectives
+`tseeds compile` counts as the `sampler_reshard` program).
+
+`choose_tensor` picks the tensor width from an HBM roofline per device (weights / tensor read
+once per step, plus the slots' KV cache, plus the tensor-parallel all-reduces at the chips'
+interconnect bandwidth), among the widths that divide the devices of a host and the KV heads,
+subject to memory. The slot count is chosen from memory too (`slots_per_replica`), up to the
+requests of the call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import jax
+import numpy as np
+from jax.sharding import Mesh
+
+from tseeds_jax.model import sharding as shd
+from tseeds_jax.model.rules import MESH_AXES
+
+# Memory a decode call may use on a device is this share of what is free after the weights:
+# the rest covers the prefill's activations, the output buffers and allocator fragmentation.
+MEMORY_SHARE = 0.85
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeModel:
+    """The numbers of a model that the layout choice needs (bytes in the sampler's dtypes)."""
+
+    weight_bytes: int  # all parameters, sampler dtype
+    kv_bytes_per_token: int  # keys + values of one position, all layers, all KV heads
+    hidden: int
+    layers: int
+    kv_heads: int
+    heads: int
+    act_bytes: int = 2  # activation dtype bytes (the all-reduced [slots, D])
+
+    @classmethod
+    def of(cls, cfg, sampler_dtype: str = "bfloat16") -> DecodeModel:
+        """From a `ModelConfig` (parameter count from its abstract model)."""
+        import jax.numpy as jnp
+
+        n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(
+            jax.eval_shape(lambda: shd.abstract_model(cfg))))
+        cache = jnp.dtype(cfg.dtype).itemsize
+        return cls(weight_bytes=n_params * jnp.dtype(sampler_dtype).itemsize,
+                   kv_bytes_per_token=2 * cfg.num_hidden_layers * cfg.num_key_value_heads
+                   * cfg.head_size * cache,
+                   hidden=cfg.hidden_size, layers=cfg.num_hidden_layers,
+                   kv_heads=cfg.num_key_value_heads, heads=cfg.num_attention_heads,
+                   act_bytes=jnp.dtype(cfg.dtype).itemsize)
+
+
+@dataclasses.dataclass(frozen=True)
+class DecodeLayout:
+    """`tensor` devices per replica, `replicas` replicas; `slots` per replica for a call."""
+
+    tensor: int
+    replicas: int
+
+    @property
+    def devices(self) -> int:
+        return self.tensor * self.replicas
+
+
+def tensor_candidates(m: DecodeModel, devices: int, per_host: int) -> list[int]:
+    """Widths that split the KV heads and the query heads evenly and fit in one host."""
+    return [t for t in range(1, per_host + 1)
+            if per_host % t == 0 and devices % t == 0 and m.kv_heads % t == 0
+            and m.heads % t == 0]
+
+
+def slots_per_replica(m: DecodeModel, tensor: int, free_bytes: float, cache_len: int) -> int:
+    """Slots one replica holds: what is free on a device after its weight shard, over one slot's
+    KV on a device (its share of the KV heads), at `MEMORY_SHARE`."""
+    left = MEMORY_SHARE * free_bytes - m.weight_bytes / tensor
+    per_slot = m.kv_bytes_per_token * cache_len / tensor
+    return max(0, int(left // per_slot))
+
+
+def step_time(m: DecodeModel, tensor: int, slots: int, kv_tokens: float, hbm_bw: float,
+              ici_bw: float) -> tuple[float, float]:
+    """(HBM seconds, interconnect seconds) of one decode step on a device of a replica with
+    `slots` slots reading `kv_tokens` cached positions per slot on average."""
+    hbm = (m.weight_bytes + slots * kv_tokens * m.kv_bytes_per_token) / tensor / hbm_bw
+    # Two all-reduces of [slots, D] per layer (attention out, MLP out), ring: 2 S (t-1)/t each.
+    ar = 2 * m.layers * 2 * slots * m.hidden * m.act_bytes * (tensor - 1) / tensor
+    return hbm, ar / ici_bw if ici_bw else 0.0
+
+
+@dataclasses.dataclass(frozen=True)
+class Choice:
+    layout: DecodeLayout
+    slots: int  # per replica, for the planned call
+    fit: int  # per replica, what memory holds
+    tokens_per_s_per_device: float  # serial bound: HBM + interconnect
+    why: str
+
+
+def choose(m: DecodeModel, *, devices: int, per_host: int, requests: int, free_bytes: float,
+           cache_len: int, kv_tokens: float | None = None, hbm_bw: float = 1.0,
+           ici_bw: float = 0.0, tensor: int = 0) -> Choice:
+    """The decode layout with the highest tokens/s per device for a call of `requests` sequences
+    (`tensor` > 0 forces the width). `free_bytes`: HBM per device not held by the learner's
+    state; `kv_tokens`: cached positions read per slot per step (default the whole cache)."""
+    kv_tokens = cache_len if kv_tokens is None else kv_tokens
+    cands = [tensor] if tensor else tensor_candidates(m, devices, per_host)
+    best, notes = None, []
+    for t in cands:
+        if devices % t:
+            raise ValueError(f"decode layout: tensor={t} does not divide the {devices} devices")
+        reps = devices // t
+        fit = slots_per_replica(m, t, free_bytes, cache_len) if math.isfinite(free_bytes) \
+            else 1 << 30
+        want = -(-requests // reps)
+        s = min(want, fit) if fit else 0
+        if s == 0:
+            notes.append(f"tensor {t}: the weights leave no memory for a slot")
+            continue
+        hbm, ici = step_time(m, t, s, kv_tokens, hbm_bw, ici_bw)
+        rate = s / t / (hbm + ici)
+        notes.append(f"tensor {t}: {s} slots/replica, {rate:,.0f} tok/s/device")
+        if best is None or rate > best.tokens_per_s_per_device * 1.0001:
+            best = Choice(DecodeLayout(t, reps), s, fit, rate, "")
+    if best is None:
+        raise ValueError("decode layout: no tensor width leaves memory for one slot (" +
+                         "; ".join(notes) + ")")
+    return dataclasses.replace(best, why="; ".join(notes))
+
+
+def host_groups(devices) -> list:
+    """`devices` ordered host by host, and within a host by chip coordinates (ICI neighbours
+    next to each other), so that consecutive groups of a host's width stay on one host."""
+    def key(d):
+        return (d.process_index, tuple(getattr(d, "coords", ()) or ()), d.id)
+
+    return sorted(devices, key=key)
+
+
+def devices_per_host(devices) -> int:
+    counts: dict[int, int] = {}
+    for d in devices:
+        counts[d.process_index] = counts.get(d.process_index, 0) + 1
+    return min(counts.values())
+
+
+def decode_mesh(devices, tensor: int, axis_types=None) -> Mesh:
+    """The (replicas, 1, tensor) mesh over `devices` (a tensor group never spans hosts)."""
+    devs = host_groups(list(devices))
+    per_host = devices_per_host(devs)
+    if tensor <= 0 or len(devs) % tensor or per_host % tensor:
+        raise ValueError(f"decode layout: tensor={tensor} must divide the {per_host} devices of "
+                         f"a host and the {len(devs)} devices")
+    grid = np.asarray(devs, dtype=object).reshape(len(devs) // tensor, 1, tensor)
+    return Mesh(grid, MESH_AXES, axis_types=axis_types)
+
+
+def param_shardings(params, mesh: Mesh):
+    """NamedShardings of `params` (an `nnx.State`) in the decode layout: the rules table on the
+    decode mesh (`embed` is on fsdp, which is 1 here: weights split only over tensor)."""
+    return shd.param_shardings(params, mesh)
+
+
+def reshard(params, mesh: Mesh):
+    """`params` moved into the decode layout on `mesh` (same devices): one jitted copy whose
+    collectives are the weight sync's cost."""
+    shardings = param_shardings(params, mesh)
+    return jax.device_put(params, shardings)
+
+
+def mesh_axis_types(params):
+    """The axis types of the mesh `params` live on (the decode mesh copies them), or None."""
+    from tseeds_jax.sampling.placement import params_mesh
+
+    mesh = params_mesh(params)
+    return None if mesh is None else mesh.axis_types
+
+
+class WeightSync:
+    """The sampler's parameters in the decode layout, moved there once per weight sync.
+
+    Called with the learner's (cast) parameters before every sampler call; the resharded copy is
+    kept for the parameters object it came from, so the calls of one step (a refresh's behavior
+    generation and the step's own, DAPO top-up rounds) share one reshard. `seconds` accumulates
+    the time of the reshards (blocked until the copy is complete) for the step's metrics.
+    """
+
+    def __init__(self, model_cfg, *, sampler_dtype: str, requests: int, cache_len: int,
+                 tensor: int = 0, chip=None):
+        self.model = DecodeModel.of(model_cfg, sampler_dtype)
+        self.requests, self.cache_len = int(requests), int(cache_len)
+        self.tensor, self.chip = int(tensor), chip
+        self.choice: Choice | None = None
+        self.mesh: Mesh | None = None
+        self.seconds = 0.0
+        self.count = 0
+        self._src = self._dst = None
+
+    def _choose(self, devices) -> None:
+        per_host = devices_per_host(devices)
+        free = free_bytes(devices[0])
+        if free is None:  # CPU: no memory figure; slots are bounded by the call's requests
+            free = float("inf")
+        if self.tensor == 0 and self.chip is None:
+            # No bandwidth figures (CPU): a whole copy per device, no collectives.
+            tensor = 1
+        else:
+            tensor = self.tensor
+        hbm, ici = (self.chip.hbm_bandwidth, self.chip.ici_bandwidth) if self.chip else (1.0, 0.0)
+        self.choice = choose(self.model, devices=len(devices), per_host=per_host,
+                             requests=self.requests, free_bytes=free, cache_len=self.cache_len,
+                             hbm_bw=hbm, ici_bw=ici, tensor=tensor)
+        self.mesh = decode_mesh(devices, self.choice.layout.tensor)
+
+    def __call__(self, params):
+        if self._src is params:
+            return self._dst
+        import time
+
+        from tseeds_jax.sampling.placement import params_mesh
+
+        src_mesh = params_mesh(params)
+        devices = list(src_mesh.devices.flat) if src_mesh is not None else jax.devices()
+        if self.mesh is None or set(self.mesh.devices.flat) != set(devices):
+            self._choose(devices)
+        self._src = self._dst = None  # drop the previous copy before making the next
+        t0 = time.perf_counter()
+        out = reshard(params, self.mesh)
+        jax.block_until_ready(out)
+        self.seconds += time.perf_counter() - t0
+        self.count += 1
+        self._src, self._dst = params, out
+        return out
+
+    def take_seconds(self) -> float:
+        """Reshard seconds since the last call."""
+        s, self.seconds = self.seconds, 0.0
+        return s
+
+    def slots(self, n_requests: int) -> int:
+        """Slots for a call of `n_requests`: per replica the fewer of the requests' share and
+        what memory holds, times the replicas."""
+        c = self.choice
+        return min(-(-n_requests // c.layout.replicas), max(c.fit, 1)) * c.layout.replicas
+
+
+def free_bytes(device) -> float | None:
+    """HBM of `device` not in use now (None where the backend reports no memory figures)."""
+    try:
+        stats = device.memory_stats()
+    except Exception:  # noqa: BLE001 -- backends without memory stats
+        return None
+    if not stats or "bytes_limit" not in stats:
+        return None
+    return float(stats["bytes_limit"] - stats.get("bytes_in_use", 0))
