@@ -41,7 +41,8 @@ DEFAULT_MAX_SHARD_SIZE = "5GB"
 
 
 def load_config(path: str | os.PathLike, *, dtype: str = "float32", compute_dtype: str | None = None,
-                remat: bool = False, attention_impl: str = "auto") -> ModelConfig:
+                remat: bool = False, attention_impl: str = "auto",
+                decode_attention_impl: str = "auto") -> ModelConfig:
     """ModelConfig from `path/config.json` with our run settings (param/compute dtype, remat,
     attention implementation)."""
     path = Path(path)
@@ -54,7 +55,8 @@ def load_config(path: str | os.PathLike, *, dtype: str = "float32", compute_dtyp
     if not file.is_file():
         raise MissingFileError(f"{file}: config.json not found")
     return ModelConfig.from_hf_file(file, param_dtype=dtype, dtype=compute_dtype or dtype,
-                                    remat=remat, attention_impl=attention_impl)
+                                    remat=remat, attention_impl=attention_impl,
+                                    decode_attention_impl=decode_attention_impl)
 
 
 def hf_config_dict(cfg: ModelConfig, dtype: str) -> dict:
@@ -166,7 +168,8 @@ def params_of(model: Transformer) -> dict:
 
 def from_pretrained(path: str | os.PathLike, dtype: str = "float32", *, mesh=None, rules=None,
                     compute_dtype: str | None = None, remat: bool = False,
-                    attention_impl: str = "auto") -> Transformer:
+                    attention_impl: str = "auto",
+                    decode_attention_impl: str = "auto") -> Transformer:
     """Loads an HF folder (config.json + model.safetensors or sharded + index) as a `Transformer`.
 
     dtype: parameter dtype ("float32", "bfloat16", "float16"), also the compute dtype unless
@@ -175,7 +178,8 @@ def from_pretrained(path: str | os.PathLike, dtype: str = "float32", *, mesh=Non
     The result is callable as `model(tokens_BT) -> logits_BTV` (float32).
     """
     cfg = load_config(path, dtype=dtype, compute_dtype=compute_dtype, remat=remat,
-                      attention_impl=attention_impl)
+                      attention_impl=attention_impl,
+                      decode_attention_impl=decode_attention_impl)
     shardings = None
     if mesh is not None:
         shardings = pure_shardings(nnx.state(abstract_model(cfg)), mesh, rules)

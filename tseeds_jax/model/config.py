@@ -17,6 +17,8 @@ SUPPORTED_ROPE_TYPES = ("default", "llama3", "linear")
 _DTYPES = ("float32", "bfloat16", "float16")
 # Kept equal to `tseeds_jax.model.attention.IMPLS` (tests/test_attention.py checks).
 ATTENTION_IMPLS = ("auto", "xla", "chunked", "splash", "cudnn")
+# Kept equal to `tseeds_jax.model.decode_attention.IMPLS` (tests/test_decode_attention.py checks).
+DECODE_ATTENTION_IMPLS = ("auto", "xla", "ragged")
 
 
 class ConfigError(ValueError):
@@ -28,8 +30,8 @@ class ModelConfig:
     """Architecture (HF field names) plus how to run it (param/compute dtype, remat).
 
     Fields after `max_position_embeddings` are HF metadata kept for round-tripping; the last
-    four (`param_dtype`, `dtype`, `remat`, `attention_impl`) are ours and never written to
-    config.json.
+    five (`param_dtype`, `dtype`, `remat`, `attention_impl`, `decode_attention_impl`) are ours
+    and never written to config.json.
     """
 
     model_type: str = "qwen2"
@@ -63,6 +65,9 @@ class ModelConfig:
     # Full-sequence attention (learner, statistics, prefill): "auto" | "xla" | "chunked" |
     # "splash" | "cudnn"; see `tseeds_jax.model.attention`.
     attention_impl: str = "auto"
+    # The sampler's decode step over the KV cache: "auto" | "xla" | "ragged"; see
+    # `tseeds_jax.model.decode_attention`.
+    decode_attention_impl: str = "auto"
 
     def __post_init__(self):
         def bad(field, value, why):
@@ -90,6 +95,9 @@ class ModelConfig:
                 bad(name, getattr(self, name), f"expected one of {_DTYPES}")
         if self.attention_impl not in ATTENTION_IMPLS:
             bad("attention_impl", self.attention_impl, f"expected one of {ATTENTION_IMPLS}")
+        if self.decode_attention_impl not in DECODE_ATTENTION_IMPLS:
+            bad("decode_attention_impl", self.decode_attention_impl,
+                f"expected one of {DECODE_ATTENTION_IMPLS}")
         if self.rope_theta <= 0:
             bad("rope_theta", self.rope_theta, "must be positive")
         rope = self.rope_scaling_dict
@@ -161,7 +169,8 @@ class ModelConfig:
             raise ConfigError(f"{source}: use_sliding_window=True is unsupported")
         kwargs: dict[str, Any] = {}
         names = {f.name for f in dataclasses.fields(cls)} - {"param_dtype", "dtype", "remat",
-                                                          "attention_impl"}
+                                                          "attention_impl",
+                                                          "decode_attention_impl"}
         for name in names:
             if name in hf and hf[name] is not None:
                 kwargs[name] = hf[name]

@@ -159,6 +159,12 @@ def kv_block_indices(length_B, block_b: int, block_s: int, s: int) -> list[tuple
     return [(i, int(kv_block(j, live[i]))) for i in range(len(live)) for j in range(s // block_s)]
 
 
+def _precision(dtype):
+    """Explicit, so that a global `jax_default_matmul_precision=highest` (the tests') does not ask
+    Mosaic for an fp32 contraction of 16-bit operands, which it rejects."""
+    return jax.lax.Precision.HIGHEST if dtype == jnp.float32 else jax.lax.Precision.DEFAULT
+
+
 def _kernel(len_ref, live_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref, *, block_b: int,
             block_s: int, scale: float):
     from jax.experimental import pallas as pl
@@ -183,6 +189,7 @@ def _kernel(len_ref, live_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref
                 for h in range(kh):
                     q_GE = q_ref[r, h]
                     s_GS = jax.lax.dot_general(q_GE, k_ref[r, h], (((1,), (0,)), ((), ())),
+                                               precision=_precision(q_GE.dtype),
                                                preferred_element_type=jnp.float32) * scale
                     pos = start + jax.lax.broadcasted_iota(jnp.int32, s_GS.shape, 1)
                     s_GS = jnp.where(pos < length, s_GS, MASK_VALUE)
@@ -193,6 +200,7 @@ def _kernel(len_ref, live_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref
                     v_SE = v_ref[r, h]
                     pv_GE = jax.lax.dot_general(p_GS.astype(v_SE.dtype), v_SE,
                                                 (((1,), (0,)), ((), ())),
+                                                precision=_precision(v_SE.dtype),
                                                 preferred_element_type=jnp.float32)
                     l_ref[r, h] = alpha * l_ref[r, h] + jnp.sum(p_GS, axis=1, keepdims=True)
                     acc_ref[r, h] = alpha * acc_ref[r, h] + pv_GE
@@ -204,9 +212,9 @@ def _kernel(len_ref, live_ref, q_ref, k_ref, v_ref, o_ref, m_ref, l_ref, acc_ref
 
     @pl.when(j == pl.num_programs(1) - 1)
     def _finish():
-        l = l_ref[...]
-        out = acc_ref[...] / jnp.where(l > 0, l, 1.0)
-        o_ref[...] = jnp.where(l > 0, out, 0.0).astype(o_ref.dtype)
+        total = l_ref[...]
+        out = acc_ref[...] / jnp.where(total > 0, total, 1.0)
+        o_ref[...] = jnp.where(total > 0, out, 0.0).astype(o_ref.dtype)
 
 
 def _ragged_local(q_BKGE, k_BKES, v_BKSE, length_B, *, block_b, block_s, interpret):

@@ -22,6 +22,7 @@ from tseeds_jax.model.activations import constrain
 from tseeds_jax.model.attention import MASK_VALUE as _MASK_VALUE
 from tseeds_jax.model.attention import causal_attention
 from tseeds_jax.model.config import ModelConfig
+from tseeds_jax.model.decode_attention import decode_attention
 
 # Logical layouts of attention activations and of the KV cache (`KVCache.k_axes` / `v_axes`).
 _Q_AXES = ("batch", "length", "activation_heads", "head_dim")
@@ -195,17 +196,16 @@ class Attention(nnx.Module):
         return self._out(out), (k_BKES, v_BKSE)
 
     def _decode_one(self, q_B1HE, k_B1KE, v_B1KE, mask_B1S, cache_kv, write_B):
-        """One new token per row: the sampler's hot loop, two batched matmuls over (B, K)."""
+        """One new token per row: the sampler's hot loop. Row b sees cache positions
+        [0, write_B[b]] (what `mask_B1S` says; unused here) through
+        `decode_attention.decode_attention` (`cfg.decode_attention_impl`)."""
+        del mask_B1S
         k_BKES, v_BKSE = self._write(*cache_kv, k_B1KE, v_B1KE, write_B)
         b, _, h, e = q_B1HE.shape
         kh = k_BKES.shape[1]
-        dt = q_B1HE.dtype
         q_BKGE = q_B1HE.reshape(b, kh, h // kh, e)
-        scores_BKGS = jnp.einsum("bkge,bkes->bkgs", q_BKGE, k_BKES.astype(dt),
-                                 preferred_element_type=jnp.float32) / math.sqrt(e)
-        scores_BKGS = jnp.where(mask_B1S[:, :, None, :], scores_BKGS, _MASK_VALUE)
-        probs_BKGS = jax.nn.softmax(scores_BKGS, axis=-1).astype(dt)
-        out_BKGE = jnp.einsum("bkgs,bkse->bkge", probs_BKGS, v_BKSE.astype(dt))
+        out_BKGE = decode_attention(q_BKGE, k_BKES, v_BKSE, write_B + 1,
+                                    impl=self.cfg.decode_attention_impl)
         return self._out(out_BKGE.reshape(b, 1, h, e)), (k_BKES, v_BKSE)
 
 
