@@ -224,5 +224,10 @@ def test_tpu_decode_step_runs_the_kernel_and_holds_no_whole_cache_scores():
     assert len(re.findall(r"custom-call\([^\n]*tpu_custom_call", hlo)) >= 2  # one per layer
     assert DA.KERNEL_NAME in hlo
     assert not re.findall(scores, hlo)
+    # hlo_cost finds the kernel's cache operands: per device 8 of 16 slots (data 2), 1 of 2 kv
+    # heads (tensor 2), keys and values of S x E bf16, in each of the 2 layers
+    from tseeds_jax.scale.hlo_cost import hlo_cost
+
+    assert hlo_cost(hlo).decode_cache_bytes == 2 * 2 * (8 * 1 * S_TPU * 128 * 2)
     # the check bites: the XLA reference holds float32 [.., S] scores
     assert re.findall(scores, _tpu_decode_step_hlo("xla"))

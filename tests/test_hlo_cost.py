@@ -285,3 +285,58 @@ def test_counter_copied_around_its_increment(update):
     c = hc.hlo_cost(text)
     adds = 2 if update.startswith("add") else 1
     assert c.loops == [("body", 4)] and c.flops == 4 * (2 * 8 * 32 * 16 + adds)
+
+
+def test_decode_attention_kernel_cache_bytes_counted_per_trip():
+    """The ragged decode kernel inside a loop of 3 trips, on lengths s32[4], live blocks s32[2],
+    q bf16[4,1,2,128], k bf16[4,1,128,256], v bf16[4,1,256,128]: its cache operands are
+    4 x 128 x 256 x 2 B each, 3 times; a second call found by its metadata op_name; a splash
+    call and another Pallas call add nothing."""
+    from tseeds_jax.model import decode_attention
+
+    assert hc.DECODE_KERNEL == decode_attention.KERNEL_NAME
+    tup = "(s32[], bf16[4,1,2,128], bf16[4,1,128,256], bf16[4,1,256,128], s32[4], s32[2])"
+    text = f"""HloModule d, num_partitions=1
+
+%body (p: {tup}) -> {tup} {{
+  %p = {tup} parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %q = bf16[4,1,2,128]{{3,2,1,0}} get-tuple-element(%p), index=1
+  %k = bf16[4,1,128,256]{{3,2,1,0}} get-tuple-element(%p), index=2
+  %v = bf16[4,1,256,128]{{3,2,1,0}} get-tuple-element(%p), index=3
+  %n = s32[4]{{0}} get-tuple-element(%p), index=4
+  %b = s32[2]{{0}} get-tuple-element(%p), index=5
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+  %ragged_decode_attention.3 = bf16[4,1,2,128]{{3,2,1,0}} custom-call(%n, %b, %q, %k, %v), custom_call_target="tpu_custom_call"
+  ROOT %t = {tup} tuple(%next, %ragged_decode_attention.3, %k, %v, %n, %b)
+}}
+
+%cond (c: {tup}) -> pred[] {{
+  %c = {tup} parameter(0)
+  %j = s32[] get-tuple-element(%c), index=0
+  %lim = s32[] constant(3)
+  ROOT %lt = pred[] compare(%j, %lim), direction=LT
+}}
+
+ENTRY %e (q0: bf16[4,1,2,128], k0: bf16[4,1,128,256], v0: bf16[4,1,256,128], n0: s32[4], b0: s32[2]) -> bf16[4,1,2,128] {{
+  %q0 = bf16[4,1,2,128]{{3,2,1,0}} parameter(0)
+  %k0 = bf16[4,1,128,256]{{3,2,1,0}} parameter(1)
+  %v0 = bf16[4,1,256,128]{{3,2,1,0}} parameter(2)
+  %n0 = s32[4]{{0}} parameter(3)
+  %b0 = s32[2]{{0}} parameter(4)
+  %zero = s32[] constant(0)
+  %init = {tup} tuple(%zero, %q0, %k0, %v0, %n0, %b0)
+  %loop = {tup} while(%init), condition=%cond, body=%body
+  %q1 = bf16[4,1,2,128]{{3,2,1,0}} get-tuple-element(%loop), index=1
+  %custom-call.9 = bf16[4,1,2,128]{{3,2,1,0}} custom-call(%n0, %b0, %q1, %k0, %v0), custom_call_target="tpu_custom_call", metadata={{op_name="jit(step)/ragged_decode_attention/pallas_call"}}
+  %splash_mqa_fwd.1 = bf16[4,1,2,128]{{3,2,1,0}} custom-call(%n0, %b0, %q1, %k0, %v0), custom_call_target="tpu_custom_call"
+  ROOT %other.2 = bf16[4,1,2,128]{{3,2,1,0}} custom-call(%n0, %b0, %custom-call.9, %k0, %v0), custom_call_target="tpu_custom_call"
+}}
+"""
+    c = hc.hlo_cost(text)
+    assert c.loops == [("body", 3)]
+    cache = 2 * (4 * 128 * 256 * 2)
+    assert c.decode_cache_bytes == 3 * cache + cache
+    assert c.to_dict()["decode_cache_bytes"] == c.decode_cache_bytes
+    assert c.bytes_accessed > c.decode_cache_bytes  # counted there too (as the whole cache)

@@ -18,6 +18,12 @@ Conventions (per device of a partitioned program):
   block, masked blocks included), which is what it executes, not the model's causal count); any
   other Pallas call counts 0 (its FLOPs are the caller's to add: the fused LM-head
   kernel's are, in compile_programs) and is listed in `pallas_calls`.
+- Decode cache bytes: the ragged decode attention kernel (`model.decode_attention`, a
+  `tpu_custom_call` named `ragged_decode_attention`) is counted in bytes accessed, like any
+  custom call, with all its operands: the whole KV cache. It reads only the live blocks, a
+  runtime quantity, so the bytes of its key and value operands are also summed on their own in
+  `decode_cache_bytes` (loop trips included): a step that reads a live fraction f of the cache
+  accesses bytes_accessed - (1 - f) x decode_cache_bytes.
 - Bytes accessed: for each instruction outside fusions, its operands and result, except where
   nothing moves (parameter, constant, tuple, get-tuple-element, bitcast, loop / call wrappers,
   buffer allocation). A fusion operand read only through (dynamic-)slices counts the slices; a
@@ -62,6 +68,8 @@ _NO_TRAFFIC = {"parameter", "constant", "tuple", "get-tuple-element", "bitcast",
                "add-dependency", "copy-done", "async-done", "all-reduce-done", "all-gather-done",
                "collective-permute-done", "send-done", "recv-done", "iota",
                "async-start", "async-update"}  # an async pair: the wrapped op is counted
+# `model.decode_attention.KERNEL_NAME` (tests/test_hlo_cost.py checks they agree).
+DECODE_KERNEL = "ragged_decode_attention"
 @dataclasses.dataclass
 class HloCost:
     flops: float = 0.0
@@ -69,6 +77,7 @@ class HloCost:
     pallas_flops: float = 0.0  # splash attention calls, from their shapes (in `flops` too)
     pallas_calls: dict[str, int] = dataclasses.field(default_factory=dict)  # name -> executions
     bytes_accessed: float = 0.0
+    decode_cache_bytes: float = 0.0  # the decode kernel's K/V operands (in bytes_accessed too)
     collective_bytes: dict[str, float] = dataclasses.field(default_factory=dict)
     collective_counts: dict[str, int] = dataclasses.field(default_factory=dict)
     loops: list[tuple[str, int]] = dataclasses.field(default_factory=list)  # (body, trips)
@@ -82,6 +91,7 @@ class HloCost:
         return dict(flops=self.flops, matmul_flops=self.matmul_flops,
                     pallas_flops=self.pallas_flops, pallas_calls=dict(self.pallas_calls),
                     bytes_accessed=self.bytes_accessed,
+                    decode_cache_bytes=self.decode_cache_bytes,
                     collective_bytes=dict(self.collective_bytes),
                     collective_counts=dict(self.collective_counts), ici_bytes=self.ici_bytes,
                     loops=[list(x) for x in self.loops], unknown_loops=list(self.unknown_loops))
@@ -275,6 +285,17 @@ class _Counter:
             return 0.0
         return 4.0 * math.prod(q[:-1]) * k[-2] * q[-1]
 
+    def decode_cache_bytes(self, comp: Computation, ins: Instr) -> float:
+        """Bytes of the K and V operands of one decode attention kernel call (its floating
+        operands after q); 0 for any other Pallas call."""
+        op_name = (re.search(r'op_name="([^"]*)"', ins.attrs) or [None, ""])[1]
+        if not (re.match(rf"{DECODE_KERNEL}(\.\d+)?$", ins.name)
+                or f"/{DECODE_KERNEL}/" in op_name):
+            return 0.0
+        floats = [nbytes(self.shape(comp, x)) for x in ins.operands
+                  if (shapes_of(self.shape(comp, x)) or [("", ())])[0][0] in ("bf16", "f32", "f16")]
+        return float(sum(floats[1:3]))
+
     def collective(self, comp: Computation, ins: Instr, mult: float) -> None:
         op = ins.opcode
         kind = op[:-len("-start")] if op.endswith("-start") else op
@@ -376,6 +397,7 @@ class _Counter:
                 c.flops += f
                 c.matmul_flops += f
                 c.pallas_flops += f
+                c.decode_cache_bytes += self.decode_cache_bytes(comp, ins) * mult
             self.collective(comp, ins, mult)
             if not fused:
                 c.bytes_accessed += self.traffic(comp, ins) * mult
@@ -428,6 +450,7 @@ def _merge(into: HloCost, other: HloCost) -> None:
     for k, v in other.pallas_calls.items():
         into.pallas_calls[k] = into.pallas_calls.get(k, 0) + v
     into.bytes_accessed += other.bytes_accessed
+    into.decode_cache_bytes += other.decode_cache_bytes
     for k, v in other.collective_bytes.items():
         into.collective_bytes[k] = into.collective_bytes.get(k, 0.0) + v
     for k, v in other.collective_counts.items():
