@@ -71,6 +71,16 @@ def test_matches_float64_reference(impl, blocks, dtype):
     assert not got[2].any()  # the empty slot: zeros
 
 
+def test_block_sizes():
+    """Sb: the largest multiple of 128 dividing S, <= 512 (all of S off the lane width); Bb: the
+    largest divisor of B, <= B / 2, whose key block [Bb, K, E, Sb] fits 2 MiB."""
+    assert DA.block_sizes(56, 1, 128, 6144, 2) == (14, 512)  # 16 slots of 128 KiB fit; 14 | 56
+    assert DA.block_sizes(8, 1, 128, 1536, 2) == (4, 512)  # two slot blocks at least
+    assert DA.block_sizes(1, 4, 128, 768, 4) == (1, 384)
+    assert DA.block_sizes(6, 2, 64, 640, 2) == (3, 128)
+    assert DA.block_sizes(4, 8, 128, 4096, 4) == (1, 512)  # one slot is 2 MiB already
+
+
 def test_cache_length_off_the_lane_width():
     """S = 96 (a sampler bucket): one whole-S block."""
     assert DA.block_sizes(4, K, E, 96, 4)[1] == 96

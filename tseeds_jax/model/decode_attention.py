@@ -41,8 +41,13 @@ value dtype for the second product (as the reference casts its normalised ones).
 Block sizes (TPU tiling: the last two dimensions of a block are multiples of (8, 128) or whole):
 Sb = the largest multiple of 128 that divides S and is <= `BLOCK_S` (S itself when S is not a
 multiple of 128: the sampler's small buckets 64, 96, 192); Bb = the largest divisor of the local
-B whose key block stays within `BLOCK_BYTES` (K and V blocks are double-buffered: ~4x that in
-VMEM).
+B, at most B / 2 (two TensorCores of a megacore chip share the slot-block axis), whose key block
+stays within `BLOCK_BYTES` (K and V blocks are double-buffered: ~4x that in VMEM; measured from
+compile-only v4 / v5e / v5p / v6e kernels: <= 7.4 MiB of scoped VMEM at 2 MiB).
+
+What it reads: per slot block, the cache blocks up to the longest slot of the block, for all of
+its slots (a block's DMA covers Bb slots). Slots of very different lengths in one block cost
+reads of the shorter ones' dead positions up to the longest; compute is skipped for them.
 
 Sharding: under a multi-device mesh the kernel runs inside `shard_map` (XLA cannot partition a
 Mosaic call), slots over the data axes and kv heads over `tensor`, as `attention_splash` does
@@ -135,7 +140,11 @@ def block_sizes(b: int, kh: int, e: int, s: int, itemsize: int) -> tuple[int, in
     else:
         bs = max(m * LANES for m in range(1, min(BLOCK_S, s) // LANES + 1) if s % (m * LANES) == 0)
     per_slot = kh * e * bs * itemsize
-    bb = max(d for d in range(1, b + 1) if b % d == 0 and (d == 1 or d * per_slot <= BLOCK_BYTES))
+    # At least two slot blocks: the "parallel" grid axis is what a megacore chip (v4, v5p)
+    # splits between its two TensorCores.
+    most = max(b // 2, 1)
+    bb = max(d for d in range(1, most + 1)
+             if b % d == 0 and (d == 1 or d * per_slot <= BLOCK_BYTES))
     return bb, bs
 
 
