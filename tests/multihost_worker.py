@@ -84,7 +84,8 @@ def main(out, run_dir):
             leaves[key] = np.array([float(m[key]) for m in hist])
     if jax.process_index() == 0:
         np.savez(out, **leaves)
-    stats = {**counts, "mesh": dict(tr.mesh.shape),
+    sync = getattr(tr.env.sample_fn, "weight_sync", None)
+    stats = {**counts, "mesh": dict(tr.mesh.shape), "weight_syncs": sync.count if sync else 0,
              "gen_rounds": [m.get("gen_rounds", 1) for m in hist],
              "seed_length": [float(m["seed_length"]) for m in hist]}
     print("stats", json.dumps(stats), flush=True)

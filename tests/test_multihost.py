@@ -90,12 +90,16 @@ SHARDED = {"devices": 4, "reward": "half_parity",
 def test_two_processes_sharded_sampler_match_one_process(tmp_path):
     single, _ = _run(tmp_path, "single", 1, {**SHARDED, "devices": 8})
     multi, outs = _run(tmp_path, "multi", 2, SHARDED)
-    replica_spec = {**SHARDED, "overrides": {**SHARDED["overrides"],
-                                             "hardware.sampler_placement": "replica"}}
-    replica, replica_outs = _run(tmp_path, "replica", 2, replica_spec)
+    # The decode layout (tensor-parallel pairs within each process, replicas across both):
+    # sampling spans the processes on its own mesh, statistics and update on the learner's.
+    decode_spec = {**SHARDED, "overrides": {**SHARDED["overrides"],
+                                            "hardware.sampler_placement": "decode",
+                                            "hardware.sampler_tensor": 2}}
+    decode, decode_outs = _run(tmp_path, "decode", 2, decode_spec)
     _assert_same_run(single, multi, "sharded, 2 processes")
-    _assert_same_run(single, replica, "replica, 2 processes")
-    assert _stats(replica_outs[0])["gathered_sample_calls"] == 0  # host-local sampling
+    _assert_same_run(single, decode, "decode layout, 2 processes")
+    dstats = _stats(decode_outs[0])
+    assert dstats["gathered_sample_calls"] > 0 and dstats["weight_syncs"] > 0, dstats
     stats = [_stats(o) for o in outs]
     assert stats[0] == stats[1]  # both hosts took the same collective paths
     stats = stats[0]

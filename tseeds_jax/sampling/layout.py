@@ -8,8 +8,9 @@ whatever the batch. Decoding wants the opposite: each chip reads its weight shar
 for as many slots as its memory holds, and moves only [slots, D] activations.
 
 The decode layout is a ("data", "fsdp", "tensor") mesh of shape (replicas, 1, tensor) over the
-same devices as the learner's mesh: `tensor` consecutive devices of one host (ICI neighbours)
-hold one tensor-parallel replica of the weights (heads, MLP width and vocabulary split, as the
+same devices as the learner's mesh, in the same order: `tensor` consecutive devices (ICI
+neighbours in `jax.make_mesh`'s order; a width that divides a host's devices) hold one
+tensor-parallel replica of the weights (heads, MLP width and vocabulary split, as the
 rules table says for `tensor`), and the replicas split the slots. With tensor = 1 every device
 holds a whole copy and decodes its own slots with no collective at all. The learner's parameters
 are moved into it at each weight sync (`reshard`: one jitted program whose collectives
@@ -144,15 +145,6 @@ def choose(m: DecodeModel, *, devices: int, per_host: int, requests: int, free_b
     return dataclasses.replace(best, why="; ".join(notes))
 
 
-def host_groups(devices) -> list:
-    """`devices` ordered host by host, and within a host by chip coordinates (ICI neighbours
-    next to each other), so that consecutive groups of a host's width stay on one host."""
-    def key(d):
-        return (d.process_index, tuple(getattr(d, "coords", ()) or ()), d.id)
-
-    return sorted(devices, key=key)
-
-
 def devices_per_host(devices) -> int:
     counts: dict[int, int] = {}
     for d in devices:
@@ -161,8 +153,11 @@ def devices_per_host(devices) -> int:
 
 
 def decode_mesh(devices, tensor: int, axis_types=None) -> Mesh:
-    """The (replicas, 1, tensor) mesh over `devices` (a tensor group never spans hosts)."""
-    devs = host_groups(list(devices))
+    """The (replicas, 1, tensor) mesh over `devices` in their order: consecutive devices form a
+    replica. Pass the learner mesh's flat order: `jax.make_mesh` puts ICI neighbours next to
+    each other on TPU and a host's GPUs together, and a jitted reshard needs both meshes to list
+    the same devices in the same order."""
+    devs = list(devices)
     per_host = devices_per_host(devs)
     if tensor <= 0 or len(devs) % tensor or per_host % tensor:
         raise ValueError(f"decode layout: tensor={tensor} must divide the {per_host} devices of "
@@ -182,14 +177,6 @@ def reshard(params, mesh: Mesh):
     collectives are the weight sync's cost."""
     shardings = param_shardings(params, mesh)
     return jax.device_put(params, shardings)
-
-
-def mesh_axis_types(params):
-    """The axis types of the mesh `params` live on (the decode mesh copies them), or None."""
-    from tseeds_jax.sampling.placement import params_mesh
-
-    mesh = params_mesh(params)
-    return None if mesh is None else mesh.axis_types
 
 
 class WeightSync:
@@ -212,7 +199,7 @@ class WeightSync:
         self.count = 0
         self._src = self._dst = None
 
-    def _choose(self, devices) -> None:
+    def _choose(self, devices, axis_types=None) -> None:
         per_host = devices_per_host(devices)
         free = free_bytes(devices[0])
         if free is None:  # CPU: no memory figure; slots are bounded by the call's requests
@@ -226,7 +213,7 @@ class WeightSync:
         self.choice = choose(self.model, devices=len(devices), per_host=per_host,
                              requests=self.requests, free_bytes=free, cache_len=self.cache_len,
                              hbm_bw=hbm, ici_bw=ici, tensor=tensor)
-        self.mesh = decode_mesh(devices, self.choice.layout.tensor)
+        self.mesh = decode_mesh(devices, self.choice.layout.tensor, axis_types)
 
     def __call__(self, params):
         if self._src is params:
@@ -238,7 +225,7 @@ class WeightSync:
         src_mesh = params_mesh(params)
         devices = list(src_mesh.devices.flat) if src_mesh is not None else jax.devices()
         if self.mesh is None or set(self.mesh.devices.flat) != set(devices):
-            self._choose(devices)
+            self._choose(devices, src_mesh.axis_types if src_mesh is not None else None)
         self._src = self._dst = None  # drop the previous copy before making the next
         t0 = time.perf_counter()
         out = reshard(params, self.mesh)

@@ -103,7 +103,21 @@ def markdown(res, plan=None) -> str:
         lines.append(f"decode step roofline: {s['decode_step_roofline_s'] * 1e3:.2f} ms; decode "
                      f"bound {s['decode_tokens_per_s_per_chip_bound']:.0f} tokens/s per chip; "
                      f"with collectives ({s['decode_step_ici_s'] * 1e3:.2f} ms ICI, serial) "
-                     f"{s['decode_tokens_per_s_per_chip_bound_ici_serial']:.0f} tokens/s per chip")
+                     f"{s['decode_tokens_per_s_per_chip_bound_ici_serial']:.0f} tokens/s per chip; "
+                     f"collectives {s['decode_step_collective_share']:.1%} of the step's HBM bytes")
+    if "decode_layout" in s:
+        d, lim = s["decode_layout"], s["decode_hbm_limit_tokens_per_s_per_chip"]
+        lines.append(
+            f"decode layout: {d['replicas']} replicas x tensor {d['tensor']}, "
+            f"{d['slots_per_replica']} slots per replica (memory holds {d['fit_slots_per_replica']}); "
+            f"at live context ({s['decode_live_fraction']:.0%} of the cache read) "
+            f"{s['decode_tokens_per_s_per_chip_bound_live_ici_serial']:.0f} tokens/s per chip with "
+            f"collectives; HBM limit of this layout and slots {lim['full_cache']:.0f} (full cache) / "
+            f"{lim['live_context']:.0f} (live context) tokens/s per chip. Choice: {d['why']}")
+    for what, g in s.get("generation_s", {}).items():
+        lines.append(f"{what.replace('_', ' ')} generation ({g['requests']} sequences): "
+                     f"{g['total_s']:.1f} s = weight sync {g['sync_s']:.2f} + prefill "
+                     f"{g['prefill_s']:.2f} + decode {g['decode_s']:.1f}")
     if "seeded_over_onpolicy" in s:
         a = s["ratio_assumed"]
         lines.append(f"roofline step time: on-policy {s['onpolicy_step_s']:.1f} s, Thinking Seeds "

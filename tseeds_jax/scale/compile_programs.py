@@ -67,6 +67,8 @@ class Compiled:
     collective_counts: dict = dataclasses.field(default_factory=dict)  # kind -> executions
     pallas_calls: dict = dataclasses.field(default_factory=dict)  # Pallas kernel -> executions
     unknown_loops: list = dataclasses.field(default_factory=list)
+    # the ragged decode kernel's K/V operands, read whole in `bytes_accessed` (hlo_cost)
+    decode_cache_bytes: float = 0.0
 
     @property
     def ici_bytes(self) -> float:
@@ -89,7 +91,7 @@ class Compiled:
                     bytes_accessed=self.bytes_accessed, compiler_bytes=self.compiler_bytes,
                     collective_bytes=self.collective_bytes, ici_bytes=self.ici_bytes,
                     collective_counts=self.collective_counts, unknown_loops=self.unknown_loops,
-                    pallas_calls=self.pallas_calls,
+                    pallas_calls=self.pallas_calls, decode_cache_bytes=self.decode_cache_bytes,
                     compile_s=round(self.compile_s, 2), hlo_sha256=self.hlo_sha256)
 
 
@@ -239,6 +241,7 @@ def learner_programs(t: Target, learner, state, kernel_impl: str) -> list[Progra
 
 def stats_rows(t: Target, placement: str) -> tuple[int, str]:
     """Global rows of one statistics forward (`Trainer._row_pass`) and the passes it serves."""
+    placement = "sharded" if placement == "decode" else placement  # statistics: learner mesh
     cfg = t.cfg
     passes = []
     n = t.rows
@@ -263,6 +266,7 @@ def stats_rows(t: Target, placement: str) -> tuple[int, str]:
 
 
 def stats_programs(t: Target, learner, state, kernel_impl: str, placement: str) -> list[Program]:
+    placement = "sharded" if placement == "decode" else placement  # statistics: learner mesh
     rows, served = stats_rows(t, placement)
     if not rows and not learner.sis_top_k:
         return []
@@ -309,12 +313,20 @@ def sampler_shapes(t: Target) -> dict[str, int]:
 
     cfg = t.cfg
     p, r = t.widths
-    sharded = cfg.hardware.sampler_placement == "sharded"
+    placement = cfg.hardware.sampler_placement
+    sharded = placement in ("sharded", "decode")
     requests = t.rows * max(cfg.seeds.refresh_interval - 1, 1) if cfg.seeded else t.rows
     if not sharded:
         requests = -(-requests // t.num_hosts)
-    slots = cfg.hardware.sampler_slots or min(256, pow2_at_least(requests))
-    shards = t.batch_shards if sharded else 1
+    extra = {}
+    if placement == "decode":
+        choice = decode_choice(t, requests)
+        shards = choice.layout.replicas
+        slots = (cfg.hardware.sampler_slots or choice.slots * shards)
+        extra = dict(tensor=choice.layout.tensor, choice=choice)
+    else:
+        slots = cfg.hardware.sampler_slots or min(256, pow2_at_least(requests))
+        shards = t.batch_shards if sharded else 1
     slots = -(-slots // shards) * shards
     seed_max = 0
     if cfg.seeded:
@@ -333,7 +345,38 @@ def sampler_shapes(t: Target) -> dict[str, int]:
         rows[tb] = min(per_dev * shards, -(-pow2_at_least(slots) // shards) * shards)
     return dict(requests=requests, slots=slots, shards=shards,
                 cache_len=core.cache_bucket(p + r), n_out=max(16, pow2_at_least(r)),
-                buckets=buckets, rows=rows)
+                buckets=buckets, rows=rows, **extra)
+
+
+def learner_state_bytes(t: Target) -> int:
+    """Bytes per device of the learner's state (parameters in their dtype, Adam's two float32
+    moments), split over the whole mesh: what stays resident while the sampler runs."""
+    n = sum(math.prod(x.shape) for x in jax.tree.leaves(
+        jax.eval_shape(lambda: shd.abstract_model(t.mcfg))))
+    return n * (jnp.dtype(t.mcfg.param_dtype).itemsize + 8) // t.mesh.size
+
+
+def decode_choice(t: Target, requests: int):
+    """The decode layout `sampling.layout.choose` picks for this target's largest call."""
+    from tseeds_jax.sampling import core, layout
+    from tseeds_jax.scale.hardware import chip
+    from tseeds_jax.scale.plan import FIT_FRACTION
+
+    p, r = t.widths
+    devices = list(t.mesh.devices.flat)
+    row = chip(t.family)
+    m = layout.DecodeModel.of(t.mcfg, t.cfg.model.get("sampler_dtype", "float32"))
+    free = t.hbm_bytes * FIT_FRACTION - learner_state_bytes(t)
+    return layout.choose(m, devices=len(devices), per_host=layout.devices_per_host(devices),
+                         requests=requests, free_bytes=free,
+                         cache_len=core.cache_bucket(p + r), hbm_bw=row.hbm_bandwidth,
+                         ici_bw=row.ici_bandwidth / 2, tensor=t.cfg.hardware.sampler_tensor)
+
+
+def decode_mesh(t: Target, tensor: int):
+    from tseeds_jax.sampling import layout
+
+    return layout.decode_mesh(list(t.mesh.devices.flat), tensor, axis_types=t.mesh.axis_types)
 
 
 def sampler_programs(t: Target, state, buckets: str = "all") -> list[Program]:
@@ -344,12 +387,30 @@ def sampler_programs(t: Target, state, buckets: str = "all") -> list[Program]:
     cfg = t.cfg
     s = sampler_shapes(t)
     sdt = cfg.model.get("sampler_dtype", "float32")
-    sharded = cfg.hardware.sampler_placement == "sharded"
+    decode = cfg.hardware.sampler_placement == "decode"
+    sharded = cfg.hardware.sampler_placement == "sharded" or decode
     resident = device_bytes(state)
     graphdef = core.ModelDef(nnx.split(shd.abstract_model(t.mcfg))[0])
     strategy = make_strategy(cfg.rollout.temperature, cfg.rollout.top_k, cfg.rollout.top_p)
     stops = (0,)  # the template's stop ids: static, shape-free
-    if sharded:
+    progs = []
+    if decode:
+        from tseeds_jax.sampling import layout
+
+        mesh = decode_mesh(t, s["tensor"])
+        place = Placement(mesh)
+        learner_cast = cast_tree(state.params, sdt)
+        out_sh = layout.param_shardings(learner_cast, mesh)
+        params = abstract(learner_cast, out_sh)
+        rows = place.rows
+        kv = place._kv
+        progs.append(Program(
+            "sampler_reshard", "sampler",
+            f"the weight sync: {sdt} parameters from the learner's layout into the decode "
+            f"layout ({s['shards']} replicas x tensor {s['tensor']})",
+            functools.partial(jax.jit(lambda x: x, out_shardings=out_sh).lower, learner_cast),
+            extra_live=resident - device_bytes(learner_cast) * (sdt == t.mcfg.param_dtype)))
+    elif sharded:
         place = Placement(t.mesh)
         params = cast_tree(state.params, sdt)
         rows = place.rows
@@ -359,8 +420,13 @@ def sampler_programs(t: Target, state, buckets: str = "all") -> list[Program]:
         params = cast_tree(jax.tree.map(lambda x: _sds(x, one), state.params), sdt)
         rows = lambda shape, what: one  # noqa: E731
         kv = lambda axes, shape: one  # noqa: E731
-    same = sharded and sdt == t.mcfg.param_dtype  # trainer._cast returns the params themselves
+    # trainer._cast returns the params themselves; the decode layout always holds its own copy
+    same = sharded and not decode and sdt == t.mcfg.param_dtype
     cast_bytes = 0 if same else device_bytes(params)
+    # The decode layout: the learner-layout cast the trainer passes in stays alive beside the
+    # decode copy (`WeightSync` keeps it as its key) unless the cast returned the params.
+    held = device_bytes(learner_cast) if decode and sdt != t.mcfg.param_dtype else 0
+    resident += held
     init = functools.partial(core.init_buffers, t.mcfg, s["slots"], s["cache_len"], s["n_out"])
     st, out_t, out_lp = jax.eval_shape(init)
     st = abstract(st, st.replace(
@@ -375,7 +441,8 @@ def sampler_programs(t: Target, state, buckets: str = "all") -> list[Program]:
     p_w, r = t.widths
     where = (f"{'sharded over the mesh' if sharded else 'one device per host (replica)'}, "
              f"{sdt} params")
-    progs = []
+    if decode:
+        where = f"decode layout: {s['shards']} replicas x tensor {s['tensor']}, {sdt} params"
     chosen = s["buckets"] if buckets == "all" else s["buckets"][-1:]
     prefix_last = slot_last = None
     for tb in chosen:
@@ -502,4 +569,5 @@ def compile_program(prog: Program, *, generation: str | None = None, keep: bool 
                     exe if keep else None, hlo, compiler_bytes=nbytes,
                     matmul_flops=hc.matmul_flops + prog.analytic_flops,
                     collective_bytes=hc.collective_bytes, collective_counts=hc.collective_counts,
-                    unknown_loops=hc.unknown_loops, pallas_calls=hc.pallas_calls)
+                    unknown_loops=hc.unknown_loops, pallas_calls=hc.pallas_calls,
+                    decode_cache_bytes=hc.decode_cache_bytes)

@@ -165,6 +165,11 @@ class Result:
             t_step = roof(step)
             per_dev = s["slots"] // s["shards"]
             chips = s["shards"] * (t.mesh.shape["tensor"] if s["shards"] > 1 else 1)
+            if cfg.hardware.sampler_placement == "decode":
+                chips = t.mesh.size
+                out.update(decode_layout_summary(self, step, s, chip))
+            out["decode_step_collective_share"] = (step.ici_bytes / step.bytes_accessed
+                                                   if step.bytes_accessed else 0.0)
             out["decode_step_roofline_s"] = t_step
             out["decode_step_ici_s"] = ici(step)
             serial = t_step + ici(step)
@@ -176,19 +181,100 @@ class Result:
             out["decode_tokens_per_s_per_chip_bound"] = (
                 s["slots"] / t_step / chips if sharded(cfg) else per_dev / t_step) if t_step \
                 else 0.0
+            out["generation_s"] = generation_times(self, s, roof, ici)
             if upd is not None:
-                out.update(step_times(self, t_upd, t_step, roof(stats), s))
+                out.update(step_times(self, t_upd, t_step + ici(step), roof(stats), s,
+                                      t_sync=_sync_s(self, roof, ici)))
         return out
 
 
 def sharded(cfg) -> bool:
-    return cfg.hardware.sampler_placement == "sharded"
+    """The sampler's slots are split over the devices (learner layout or decode layout)."""
+    return cfg.hardware.sampler_placement in ("sharded", "decode")
 
 
-def step_times(res: Result, t_upd: float, t_step: float, t_stats: float, s) -> dict[str, Any]:
+def live_fraction(t) -> float:
+    """Mean share of the cache bucket a decode step reads when the decode kernel reads only the
+    live positions: every prompt at the full prompt width and every response running to the full
+    response width (so the mean live length is prompt + R / 2; an upper bound)."""
+    from tseeds_jax.sampling import core
+
+    p, r = t.widths
+    return min(1.0, (p + r / 2) / core.cache_bucket(p + r))
+
+
+def decode_layout_summary(res: Result, step, s, chip) -> dict[str, Any]:
+    """The decode layout's choice, its bound at live context (the ragged kernel's cache operands
+    scaled to the live share) and the analytic HBM limit of the same layout and slots."""
+    from tseeds_jax.sampling import layout
+
+    t = res.target
+    choice = s["choice"]
+    f = live_fraction(t)
+    m = layout.DecodeModel.of(t.mcfg, t.cfg.model.get("sampler_dtype", "float32"))
+    slots_rep = s["slots"] // s["shards"]
+    tensor = s["tensor"]
+    live_bytes = step.bytes_accessed - (1.0 - f) * step.decode_cache_bytes
+    ici_s = step.ici_bytes / (chip.ici_bandwidth / 2)
+    t_live = max(step.flops / chip.bf16_flops, live_bytes / chip.hbm_bandwidth)
+    per_chip = slots_rep / tensor
+
+    def limit(kv_tokens):
+        hbm, ici = layout.step_time(m, tensor, slots_rep, kv_tokens, chip.hbm_bandwidth,
+                                    chip.ici_bandwidth / 2)
+        return per_chip / (hbm + ici)
+
+    cache_len = s["cache_len"]
+    return dict(
+        decode_layout=dict(tensor=tensor, replicas=s["shards"], slots_per_replica=slots_rep,
+                           fit_slots_per_replica=choice.fit, why=choice.why),
+        decode_live_fraction=f,
+        decode_step_live_bytes=live_bytes,
+        decode_tokens_per_s_per_chip_bound_live_ici_serial=per_chip / (t_live + ici_s)
+        if t_live + ici_s else 0.0,
+        decode_hbm_limit_tokens_per_s_per_chip=dict(full_cache=limit(cache_len),
+                                                      live_context=limit(f * cache_len)))
+
+
+def _sync_s(res: Result, roof, ici) -> float:
+    """The weight sync's time (the decode layout's reshard), 0 for the other placements."""
+    c = res.by_name("sampler_reshard")
+    return roof(c) + ici(c) if c is not None else 0.0
+
+
+def generation_times(res: Result, s, roof, ici) -> dict[str, Any]:
+    """Estimated wall time of a refresh's behavior generation (the T - 1 batches of a cycle) and
+    of one on-policy generation: weight sync, prefills (the largest bucket's program per call of
+    its rows) and decode waves of the slots, every response to the full width; per-program
+    roofline + ICI time (serial)."""
+    t = res.target
+    cfg = t.cfg
+    _, r = t.widths
+    n = t.rows if sharded(cfg) else -(-t.rows // t.num_hosts)
+    step = res.by_name("sampler_decode_step")
+    pre = [c for c in res.compiled if c.name.startswith("sampler_prefill_")]
+    t_step = roof(step) + ici(step)
+    out = {}
+    big_t = cfg.seeds.refresh_interval if cfg.seeded else 8
+    for what, requests in (("on_policy", n), ("refresh_behavior", (big_t - 1) * n)):
+        sync = _sync_s(res, roof, ici)
+        prefill = 0.0
+        if pre:
+            top = max(pre, key=lambda c: int(c.name.rsplit("_", 1)[1]))
+            rows = s["rows"][int(top.name.rsplit("_", 1)[1])]
+            prefill = math.ceil(requests / rows) * (roof(top) + ici(top))
+        decode = math.ceil(requests / s["slots"]) * r * t_step
+        out[what] = dict(requests=requests, sync_s=sync, prefill_s=prefill, decode_s=decode,
+                         total_s=sync + prefill + decode)
+    return out
+
+
+def step_times(res: Result, t_upd: float, t_step: float, t_stats: float, s,
+               t_sync: float = 0.0) -> dict[str, Any]:
     """Roofline step time of an on-policy step and of a Thinking Seeds step averaged over one
     refresh cycle of T steps (decode waves of `slots` requests, each to the full response width;
-    behavior log-probs in `stats_forward` chunks), and their ratio."""
+    behavior log-probs in `stats_forward` chunks; one weight sync per step), and their ratio.
+    `t_step`: a decode step with its collectives (serial)."""
     t = res.target
     cfg = t.cfg
     _, r = t.widths
@@ -198,14 +284,14 @@ def step_times(res: Result, t_upd: float, t_step: float, t_stats: float, s) -> d
     def decode(requests: int, length: int) -> float:
         return math.ceil(requests / slots) * length * t_step
 
-    on_policy = decode(n, r) + t_upd
+    on_policy = decode(n, r) + t_upd + t_sync
     big_t = cfg.seeds.refresh_interval if cfg.seeded else 8
     ratio = cfg.seeds.ratio if cfg.seeded else 0.3
     rows, _ = cp.stats_rows(t, cfg.hardware.sampler_placement)
     rows = rows or n
     behavior = (big_t - 1) * n
     cycle = (decode(n, r) + decode(behavior, r) + (big_t - 1) * decode(n, round((1 - ratio) * r))
-             + math.ceil(behavior / rows) * t_stats + big_t * t_upd)
+             + math.ceil(behavior / rows) * t_stats + big_t * (t_upd + t_sync))
     seeded = cycle / big_t
     return dict(onpolicy_step_s=on_policy, seeded_step_s=seeded,
                 seeded_over_onpolicy=seeded / on_policy if on_policy else 0.0,

@@ -101,7 +101,9 @@ class Workload:
     ratio: float = 0.5
     sampler_dtype: str = "float32"
     sampler_slots: int = 0  # 0 = the driver's default: next power of two >= requests, <= 256
-    sampler_placement: str = "replica"  # "replica" | "sharded" (hardware.sampler_placement)
+    sampler_placement: str = "replica"  # "replica" | "sharded" | "decode" (hardware.*)
+    sampler_tensor: int = 0  # "decode": devices per tensor-parallel replica (0: chosen)
+    family: str = ""  # accelerator family ("v5p", "h100", ...): the decode layout's roofline
     stats_rows: int = 0  # sequences per statistics forward; 0 = as the trainer chunks them
     plugin_stats: bool = False  # rl/plugins.py runs a statistics pass over each batch (chunked)
     kernel_impl: str = "pallas"  # "pallas" (TPU/GPU) | "chunked" (XLA, CPU default)
@@ -378,7 +380,7 @@ def _after_learner(w, lay, terms, add, warns, hbm_bytes, *, h, f, h_t, f_t, t_le
     pb, a = DTYPE_BYTES[m.param_dtype], DTYPE_BYTES[m.dtype]
     d, v = m.hidden_size, m.vocab_size
     # ---- sampler (plan_sampler.py) ----
-    sm = plan_sampler.sampler_memory(w, lay, DTYPE_BYTES)
+    sm = plan_sampler.sampler_memory(w, lay, DTYPE_BYTES, hbm_bytes=hbm_bytes)
     if sm.extra_params:
         add("sampler", "sampler parameters", sm.extra_params, sm.extra_note)
     add("sampler", "KV cache", sm.kv, sm.kv_note)
@@ -391,7 +393,8 @@ def _after_learner(w, lay, terms, add, warns, hbm_bytes, *, h, f, h_t, f_t, t_le
         add("sampler", "decode step", sm.decode,
             "logits / sampling buffers, attention scores, output buffers")
     hosts = plan_sampler.num_hosts(w)
-    if w.sampler_placement == "sharded" and hosts > 1 and (w.mesh[0] * w.mesh[1]) % hosts:
+    if w.sampler_placement in ("sharded", "decode") and hosts > 1 and \
+            (w.mesh[0] * w.mesh[1]) % hosts:
         # rl/hosts.py check_sampler_placement: every process must own whole row blocks.
         warns.append(f"sampler_placement='sharded' on {hosts} hosts: the mesh's batch axes "
                      f"(data x fsdp = {w.mesh[0] * w.mesh[1]}) must be a multiple of the process "
@@ -400,7 +403,7 @@ def _after_learner(w, lay, terms, add, warns, hbm_bytes, *, h, f, h_t, f_t, t_le
     # ---- statistics passes (no grad) ----
     srows, snote = plan_sampler.stats_rows_per_device(w)
     if srows:
-        sharded = w.sampler_placement == "sharded"
+        sharded = w.sampler_placement in ("sharded", "decode")
         s_h, s_f = (h_t, f_t) if sharded else (h, f)
         sn = srows * t_len
         if w.compiler == "tpu" and w.kernel_impl == "pallas":
@@ -532,6 +535,7 @@ def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
         ratio=cfg.seeds.ratio, sampler_dtype=cfg.model.get("sampler_dtype", "float32"),
         sampler_slots=int(hw.get("sampler_slots", 0) or 0),
         sampler_placement=sampler_placement or hw.get("sampler_placement") or "replica",
+        sampler_tensor=int(hw.get("sampler_tensor", 0) or 0), family=fam,
         kernel_impl=kernel_impl, compiler=compiler, kl_coef=cfg.loss.kl_coef,
         old_logp_recompute=old_logp_recompute,
         # rl/plugins.py statistics passes over a batch (chunked like Trainer._stats)

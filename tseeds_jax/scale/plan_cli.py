@@ -36,7 +36,7 @@ def _parse(argv: list[str]):
         flags.DEFINE_integer("num_devices", None, "number of devices", flag_values=fv)
         flags.DEFINE_enum("kernel_impl", None, ["pallas", "chunked"], "log-prob kernel",
                           flag_values=fv)
-        flags.DEFINE_enum("sampler_placement", None, ["replica", "sharded"],
+        flags.DEFINE_enum("sampler_placement", None, ["replica", "sharded", "decode"],
                           "where the sampler and statistics pass run (default: the config's "
                           "hardware.sampler_placement)", flag_values=fv)
         flags.DEFINE_integer("stats_rows", 0, "sequences per statistics forward (0: as the "

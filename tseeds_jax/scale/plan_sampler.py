@@ -7,6 +7,9 @@ Two placements (`hardware.sampler_placement`, `tseeds_jax.rl.hosts.sampler_param
 * "replica": each host samples its own share of the requests on ONE device that holds a full
   copy of the parameters (and their `sampler_dtype` cast), the host's whole KV cache and every
   statistics forward;
+* "decode": statistics as "sharded"; the driver runs on a decode layout of its own over the same
+  devices (`sampling/layout.py`): tensor-parallel replicas chosen by an HBM roofline, slots per
+  replica from the HBM left after the learner's state and the replica's weight shard;
 * "sharded": the driver runs on the learner's mesh: parameters as the learner shards them (one
   layer gathered at a time over fsdp), slots and prefill rows split over the batch axes
   ("cache_batch"), kv heads over tensor when they divide (the KV cache layout is read off
@@ -63,7 +66,79 @@ class SamplerMemory:
         return self.params_read + self.kv + self.gathered + self.decode
 
 
-def sampler_memory(w, lay, dtype_bytes) -> SamplerMemory:
+def decode_choice(w, lay, dtype_bytes, hbm_bytes=None):
+    """The decode layout `sampling.layout.choose` picks for the workload's largest call (HBM
+    free after the learner's state: its parameters and Adam's two float32 moments)."""
+    from tseeds_jax.sampling import layout
+    from tseeds_jax.scale.plan import FIT_FRACTION, cache_bucket
+
+    m = w.model
+    dm = layout.DecodeModel(
+        weight_bytes=int(lay.total * dtype_bytes[w.sampler_dtype]),
+        kv_bytes_per_token=2 * m.num_hidden_layers * m.num_key_value_heads * m.head_size
+        * dtype_bytes[m.dtype], hidden=m.hidden_size, layers=m.num_hidden_layers,
+        kv_heads=m.num_key_value_heads, heads=m.num_attention_heads,
+        act_bytes=dtype_bytes[m.dtype])
+    from tseeds_jax.scale.hardware import _TABLE, chip
+
+    free = (float("inf") if not hbm_bytes else
+            hbm_bytes * FIT_FRACTION - lay.per_device * (dtype_bytes[m.param_dtype] + 8))
+    bw = {}
+    if w.family in _TABLE:
+        row = chip(w.family)
+        bw = dict(hbm_bw=row.hbm_bandwidth, ici_bw=row.ici_bandwidth / 2)
+    return dm, layout.choose(dm, devices=w.num_devices,
+                             per_host=min(w.devices_per_host, w.num_devices),
+                             requests=sampler_requests(w), free_bytes=free,
+                             cache_len=cache_bucket(w.prompt_len + w.response_len),
+                             tensor=w.sampler_tensor or (0 if bw else 1), **bw)
+
+
+def _decode_memory(w, lay, dtype_bytes, hbm_bytes) -> SamplerMemory:
+    """The decode layout: a tensor-parallel copy of the weights per replica, the replica's
+    slots' KV split over its KV heads, prefill rows split over the replicas."""
+    from tseeds_jax.sampling.driver import PREFILL_TOKENS
+    from tseeds_jax.scale.plan import cache_bucket
+
+    m = w.model
+    pb, a, sb = (dtype_bytes[x] for x in (m.param_dtype, m.dtype, w.sampler_dtype))
+    dm, c = decode_choice(w, lay, dtype_bytes, hbm_bytes)
+    t, reps = c.layout.tensor, c.layout.replicas
+    slots_rep = (-(-w.sampler_slots // reps) if w.sampler_slots else c.slots)
+    s = cache_bucket(w.prompt_len + w.response_len)
+    copy = dm.weight_bytes // t
+    held = lay.per_device * sb if sb != pb else 0  # the learner-layout cast, kept as the key
+    kv = slots_rep * s * dm.kv_bytes_per_token // t
+    h_dev, k_dev = m.num_attention_heads // t, m.num_key_value_heads // t
+    t_pre = _prefill_width(w)
+    rows = max(1, PREFILL_TOKENS // t_pre)
+    rows = min(1 << (rows.bit_length() - 1), pow2_at_least(slots_rep))
+    d, f = m.hidden_size, m.intermediate_size
+    prefill = (rows * h_dev * t_pre * t_pre * (4 + 4 + a)
+               + rows * t_pre * m.num_hidden_layers * 2 * k_dev * m.head_size * a
+               + rows * t_pre * (4 * d + 3 * f // t) * a)
+    n_out = max(16, pow2_at_least(w.response_len))
+    decode = slots_rep * (3 * m.vocab_size // t * 4 + h_dev * s * 8) + slots_rep * 2 * 4 * n_out
+    return SamplerMemory(
+        int(copy + held), f"decode layout: {reps} replicas x tensor {t}, the weights' "
+        f"{w.sampler_dtype} copy split over tensor" + (" + the learner-layout cast" if held else ""),
+        int(copy), int(kv), f"{slots_rep} slots x S={s} x {m.num_hidden_layers} layers x 2 x "
+        f"{k_dev} kv heads x E={m.head_size}", 0, int(prefill),
+        f"{rows} rows x {t_pre} tokens per device, scores materialised", int(decode))
+
+
+def _prefill_width(w) -> int:
+    if w.refresh_interval > 1:
+        seed_max = (round(w.response_len * w.ratio) if w.truncation == "ratio"
+                    else w.response_len - 1)
+    else:
+        seed_max = 0
+    return min(max(16, pow2_at_least(w.prompt_len + seed_max)), w.prompt_len + w.response_len)
+
+
+def sampler_memory(w, lay, dtype_bytes, hbm_bytes=None) -> SamplerMemory:
+    if w.sampler_placement == "decode":
+        return _decode_memory(w, lay, dtype_bytes, hbm_bytes)
     from tseeds_jax.model import KVCache
     from tseeds_jax.sampling.driver import PREFILL_TOKENS  # padded prefill tokens per device
     from tseeds_jax.scale.plan import _shard_factor, cache_bucket
@@ -101,12 +176,7 @@ def sampler_memory(w, lay, dtype_bytes) -> SamplerMemory:
     h_dev = m.num_attention_heads // _split(kv_sizes, "activation_heads", m.num_attention_heads)
     gathered = int(lay.layer_per_tensor * sb) if sharded and sizes["fsdp"] > 1 else 0
 
-    if w.refresh_interval > 1:
-        seed_max = (round(w.response_len * w.ratio) if w.truncation == "ratio"
-                    else w.response_len - 1)
-    else:
-        seed_max = 0
-    t_pre = min(max(16, pow2_at_least(w.prompt_len + seed_max)), w.prompt_len + w.response_len)
+    t_pre = _prefill_width(w)
     rows = max(1, PREFILL_TOKENS // t_pre)
     rows = min(1 << (rows.bit_length() - 1), -(-pow2_at_least(requests) // shards))
     d, f = m.hidden_size, m.intermediate_size
@@ -128,7 +198,7 @@ def stats_rows_per_device(w) -> tuple[int, str]:
     (all rows when 0): host-local rows with "replica"; with "sharded" global rows (one global
     array of every host's rows on a multi-host mesh), rounded up to whole rows per device.
     `w.stats_rows` overrides every pass's rows per forward."""
-    sharded = w.sampler_placement == "sharded"
+    sharded = w.sampler_placement in ("sharded", "decode")  # decode: statistics as sharded
     hosts = 1 if sharded else num_hosts(w)
     shards = w.mesh[0] * w.mesh[1] if sharded else 1
     passes = []
