@@ -1,7 +1,8 @@
 """Building blocks of the decoder: RMSNorm, rotary embeddings, GQA attention, SwiGLU MLP.
 
-Full-sequence attention (no cache, or an empty one) goes through `attention.causal_attention`;
-the cached paths here (a prefill into a filled cache, the decode step) keep their own einsums.
+Full-sequence attention (no cache, or an empty one) goes through `attention.causal_attention`,
+the decode step through `decode_attention.decode_attention`; a prefill into a filled cache keeps
+its own einsums here.
 
 Letters: B batch, T new tokens, S key/cache length, D model width, H query heads, K kv heads,
 G = H // K query heads per kv head, E head dim, F MLP width.
