@@ -25,18 +25,19 @@ Why our own kernel and not one from `jax.experimental.pallas.ops.tpu` (checked i
 either would need the whole cache copied into its layout every step -- the traffic this kernel
 exists to avoid.
 
-The kernel. Grid (Nb, Ns), slot blocks outer ("parallel": split across TensorCores), cache
-blocks inner ("arbitrary": an online softmax runs along them). Each step holds Bb slots and all
-local kv heads: a grid step costs ~0.35 us on TPU, so one per (slot, head, block) would dominate
-at sampler sizes (224 slots x 8 blocks x 28 layers). Two int32 arrays are scalar-prefetched
-(`PrefetchScalarGridSpec`): the lengths and, per slot block, its number of live cache blocks
-(ceil(max length in the block / Sb)). The K/V index_map clamps the cache-block index to the last
-live block of the slot block (`kv_block`): steps past it ask for the block already in VMEM, so the
-pipeline issues no DMA for them, and `pl.when` skips their compute. Inside a live block each slot
-whose length does not reach the block is skipped as well, and positions past a slot's length are
-masked. Softmax statistics m, l and the accumulator are float32 VMEM scratch; scores are scaled
-by 1 / sqrt(E) in float32 as in the reference; the unnormalised probabilities are cast to the
-value dtype for the second product (as the reference casts its normalised ones).
+The kernel. Grid (Nb, Ns), slot blocks outer ("parallel": split across TensorCores), cache blocks
+inner ("arbitrary": an online softmax runs along them). Each step holds Bb slots and all local kv
+heads: a grid step has a fixed cost on TPU (~0.35 us reported; not measured here), so one per
+(slot, head, block) would dominate at sampler sizes (224 slots x 8 blocks x 28 layers). Two int32
+arrays are scalar-prefetched (`PrefetchScalarGridSpec`): the lengths and, per slot block, its
+number of live cache blocks (ceil(max length in the block / Sb)). The K/V index_map clamps the
+cache-block index to the last live block of the slot block (`kv_block`): steps past it ask for the
+block already in VMEM, so the pipeline issues no DMA for them, and `pl.when` skips their compute.
+Inside a live block each slot whose length does not reach the block is skipped as well, and
+positions past a slot's length are masked. Softmax statistics m, l and the accumulator are float32
+VMEM scratch; scores are scaled by 1 / sqrt(E) in float32 as in the reference; the unnormalised
+probabilities are cast to the value dtype for the second product (as the reference casts its
+normalised ones).
 
 Block sizes (TPU tiling: the last two dimensions of a block are multiples of (8, 128) or whole):
 Sb = the largest multiple of 128 that divides S and is <= `BLOCK_S` (S itself when S is not a
