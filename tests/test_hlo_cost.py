@@ -340,3 +340,29 @@ ENTRY %e (q0: bf16[4,1,2,128], k0: bf16[4,1,128,256], v0: bf16[4,1,256,128], n0:
     assert c.decode_cache_bytes == 3 * cache + cache
     assert c.to_dict()["decode_cache_bytes"] == c.decode_cache_bytes
     assert c.bytes_accessed > c.decode_cache_bytes  # counted there too (as the whole cache)
+
+
+def test_prefetch_into_on_chip_memory_counts_the_hbm_read_once():
+    # The TPU compiler copies a weight [64, 32] bf16 into VMEM (layout memory space S(1)) with
+    # copy-start / copy-done and the matmul fusion reads the VMEM copy: the weight crosses HBM
+    # once (4,096 B), the fusion reads x [8, 64] f32 (2,048 B) from HBM and writes y [8, 32] f32
+    # (1,024 B); the u32 context in S(2) (SMEM) is not HBM either.
+    text = """HloModule v, num_partitions=1
+
+%fused (a: f32[8,64], b: bf16[64,32]) -> f32[8,32] {
+  %a = f32[8,64]{1,0} parameter(0)
+  %b = bf16[64,32]{1,0:T(8,128)(2,1)S(1)} parameter(1)
+  %bc = f32[64,32]{1,0} convert(%b)
+  ROOT %d = f32[8,32]{1,0} dot(%a, %bc), lhs_contracting_dims={1}, rhs_contracting_dims={0}
+}
+
+ENTRY %main (x: f32[8,64], w: bf16[64,32]) -> f32[8,32] {
+  %x = f32[8,64]{1,0} parameter(0)
+  %w = bf16[64,32]{1,0:T(8,128)(2,1)} parameter(1)
+  %cs = (bf16[64,32]{1,0:T(8,128)(2,1)S(1)}, bf16[64,32]{1,0:T(8,128)(2,1)}, u32[]{:S(2)}) copy-start(%w)
+  %cd = bf16[64,32]{1,0:T(8,128)(2,1)S(1)} copy-done(%cs)
+  ROOT %y = f32[8,32]{1,0} fusion(%x, %cd), kind=kOutput, calls=%fused
+}
+"""
+    c = hc.hlo_cost(text)
+    assert c.bytes_accessed == 64 * 32 * 2 + 8 * 64 * 4 + 8 * 32 * 4

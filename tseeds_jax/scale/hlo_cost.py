@@ -28,7 +28,10 @@ Conventions (per device of a partitioned program):
   nothing moves (parameter, constant, tuple, get-tuple-element, bitcast, loop / call wrappers,
   buffer allocation). A fusion operand read only through (dynamic-)slices counts the slices; a
   fusion that updates a slice of an operand in place (dynamic-update-slice) counts the update, not
-  the buffer. Instructions inside fusions stay on chip and count 0.
+  the buffer. Instructions inside fusions stay on chip and count 0. Arrays in an on-chip
+  memory space (a layout with `S(k)`, k >= 1: the TPU compiler prefetches weights into VMEM with
+  `copy-start`) count 0: the prefetch counts its HBM read once, the consumer's read is on chip
+  (counting both, as `cost_analysis()` does, put the 7B decode step 1.8 GB over its arguments).
 - Collective bytes: what one device sends with ring algorithms over a group of n devices:
   all-reduce 2 S (n-1)/n, all-gather and all-to-all and reduce-scatter S_in (n-1) and S_in (n-1)/n
   respectively (S_in: the operand bytes), collective-permute S_in. `*-done` halves count 0.
@@ -52,7 +55,9 @@ from tseeds_jax.scale.hlo_text import (  # noqa: F401 (parse_module, group_size:
     attr,
     called,
     const_int,
+    first_shape,
     group_size,
+    hbm_nbytes,
     nbytes,
     nelems,
     parse_module,
@@ -324,17 +329,20 @@ class _Counter:
         if op == "custom-call" and "AllocateBuffer" in ins.attrs:
             return 0.0
         if op == "dynamic-slice" or op == "slice":
-            return 2.0 * nbytes(ins.type)
+            return 2.0 * hbm_nbytes(ins.type)
         if op == "dynamic-update-slice" and len(ins.operands) > 1:
-            return 2.0 * nbytes(self.shape(comp, ins.operands[1]))
+            return 2.0 * hbm_nbytes(self.shape(comp, ins.operands[1]))
         if op == "fusion":
             return self.fusion_traffic(comp, ins)
-        return nbytes(ins.type) + sum(nbytes(self.shape(comp, x)) for x in ins.operands)
+        if op == "copy-start":  # (destination, source alias, context): the copy writes only the first
+            return hbm_nbytes(first_shape(ins.type)) + sum(
+                hbm_nbytes(self.shape(comp, x)) for x in ins.operands)
+        return hbm_nbytes(ins.type) + sum(hbm_nbytes(self.shape(comp, x)) for x in ins.operands)
 
     def fusion_traffic(self, comp: Computation, ins: Instr) -> float:
         fused = self.comps.get(attr(ins.attrs, "calls") or "")
         if fused is None:
-            return nbytes(ins.type) + sum(nbytes(self.shape(comp, x)) for x in ins.operands)
+            return hbm_nbytes(ins.type) + sum(hbm_nbytes(self.shape(comp, x)) for x in ins.operands)
         params = {int(i.operands[0]): i for i in fused.instrs
                   if i.opcode == "parameter" and i.operands[0].isdigit()}
         users: dict[str, list[Instr]] = {}
@@ -343,7 +351,7 @@ class _Counter:
                 users.setdefault(x, []).append((i, k))
         total = 0.0
         for idx, x in enumerate(ins.operands):
-            full = nbytes(self.shape(comp, x))
+            full = hbm_nbytes(self.shape(comp, x))
             p = params.get(idx)
             if p is None:
                 total += full
@@ -355,10 +363,10 @@ class _Counter:
             if o is None:
                 continue
             if o.opcode == "dynamic-update-slice" and len(o.operands) > 1:
-                total += nbytes(fused.by_name[o.operands[1]].type) \
-                    if o.operands[1] in fused.by_name else nbytes(o.type)
+                total += hbm_nbytes(fused.by_name[o.operands[1]].type) \
+                    if o.operands[1] in fused.by_name else hbm_nbytes(o.type)
             else:
-                total += nbytes(o.type)
+                total += hbm_nbytes(o.type)
         return total
 
     def param_read(self, fused: Computation, name: str, users, full: float, depth: int = 0) -> float:
@@ -370,7 +378,7 @@ class _Counter:
         got = 0.0
         for u, k in use:
             if u.opcode in ("dynamic-slice", "slice") and k == 0:
-                got += nbytes(u.type)
+                got += hbm_nbytes(u.type)
             elif u.opcode == "dynamic-update-slice" and k == 0:
                 continue
             elif u.opcode == "bitcast":

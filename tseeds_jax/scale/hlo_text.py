@@ -37,6 +37,29 @@ def nbytes(type_text: str) -> float:
     return sum(math.prod(s) * _dtype_bytes(dt) for dt, s in shapes_of(type_text))
 
 
+_SHAPE_LAYOUT = re.compile(r"\b(pred|token|[suf]\d+|bf16|c64|c128|f8e\w+)\[([\d,]*)\](\{[^{}]*\})?")
+_MEMORY_SPACE = re.compile(r"S\((\d+)\)")
+
+
+def hbm_nbytes(type_text: str) -> float:
+    """`nbytes` of the arrays that live in HBM: a layout with a memory space S(k), k >= 1 (on
+    TPU the on-chip VMEM / SMEM the compiler prefetches weights and scalars into), is not HBM
+    traffic; the copy that fills it reads its HBM operand, which is counted."""
+    total = 0.0
+    for dt, dims, layout in _SHAPE_LAYOUT.findall(type_text):
+        m = _MEMORY_SPACE.search(layout or "")
+        if m and int(m.group(1)) >= 1:
+            continue
+        total += math.prod(int(x) for x in dims.split(",") if x) * _dtype_bytes(dt)
+    return total
+
+
+def first_shape(type_text: str) -> str:
+    """The first array type of a (tuple) type, with its layout."""
+    m = _SHAPE_LAYOUT.search(type_text)
+    return m.group(0) if m else ""
+
+
 def nelems(type_text: str) -> int:
     return sum(math.prod(s) for _, s in shapes_of(type_text))
 
