@@ -184,7 +184,10 @@ def sampler_memory(w, lay, dtype_bytes, hbm_bytes=None) -> SamplerMemory:
                + rows * t_pre * m.num_hidden_layers * 2 * k_dev * m.head_size * a  # its own KV
                + rows * t_pre * (4 * d + 3 * f) * a)
     n_out = max(16, pow2_at_least(w.response_len))
-    decode = slots_dev * (3 * m.vocab_size * 4 + h_dev * s * 8) + slots_dev * 2 * 4 * n_out
+    # The logits stay split over tensor along the vocabulary (sampling/vocab_parallel.py; a
+    # top-p rollout gathers them, which this does not model).
+    v_dev = m.vocab_size // _split(kv_sizes, "activation_vocab", m.vocab_size)
+    decode = slots_dev * (3 * v_dev * 4 + h_dev * s * 8) + slots_dev * 2 * 4 * n_out
     return SamplerMemory(int(extra), extra_note, int(params_read), int(kv), kv_note, gathered,
                          int(prefill), f"{rows} rows x {t_pre} tokens per device, scores "
                          "materialised", int(decode))
