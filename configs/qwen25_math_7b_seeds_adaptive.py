@@ -23,8 +23,8 @@ ARCH = dict(model_type="qwen2", vocab_size=152064, hidden_size=3584, intermediat
             rms_norm_eps=1e-6)
 
 VARIANTS = {
-    "tpu": Slice("v5p-64", fsdp=32, sampler_placement="sharded"),
-    "gpu": Slice("8xH100", fsdp=8, sampler_placement="sharded"),
+    "tpu": Slice("v5p-64", fsdp=32, sampler_placement="decode"),
+    "gpu": Slice("8xH100", fsdp=8, sampler_placement="decode"),
 }
 
 

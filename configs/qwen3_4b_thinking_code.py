@@ -30,9 +30,9 @@ ARCH = dict(model_type="qwen3", vocab_size=151936, hidden_size=2560, intermediat
 
 VARIANTS = {
     # fsdp 16 (data x fsdp a multiple of the 16 hosts, as sharded sampling needs), tensor 4.
-    "tpu": Slice("v5p-128", fsdp=16, tensor=4, sampler_placement="sharded"),
+    "tpu": Slice("v5p-128", fsdp=16, tensor=4, sampler_placement="decode"),
     # 256 slots x 24k cache on one host's 8 GPUs is too tight.
-    "gpu": Slice("8xH200", tensor=8, sampler_slots=128, sampler_placement="sharded"),
+    "gpu": Slice("8xH200", tensor=8, sampler_slots=128, sampler_placement="decode"),
 }
 
 

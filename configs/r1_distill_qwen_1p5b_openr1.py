@@ -27,8 +27,8 @@ ARCH = dict(model_type="qwen2", vocab_size=151936, hidden_size=1536, intermediat
 VARIANTS = {
     # fsdp 64: jax.make_mesh lays each mesh axis on whole torus axes, and v6e-64 is an 8x8 torus,
     # so fsdp 32 x tensor 2 cannot be built there (found by `tseeds compile`, docs/scale.md).
-    "tpu": Slice("v6e-64", fsdp=64, sampler_placement="sharded"),
-    "gpu": Slice("8xH100", fsdp=8, sampler_placement="sharded"),
+    "tpu": Slice("v6e-64", fsdp=64, sampler_placement="decode"),
+    "gpu": Slice("8xH100", fsdp=8, sampler_placement="decode"),
 }
 
 

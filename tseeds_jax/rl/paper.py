@@ -34,7 +34,9 @@ class Slice:
     tensor: int = 1
     sampler_slots: int = 0  # 0: the sampler's default
     # "sharded": the sampler runs on the learner's sharded params (no full replica per host);
-    # needed wherever a full replica plus KV cache does not fit one chip (`tseeds plan`).
+    # "decode": on a decode layout of its own (tensor-parallel replicas, sampling/layout.py),
+    # what the paper-scale variants use: needed wherever a full replica plus KV cache does not
+    # fit one chip, and faster than decoding on the learner's fsdp layout (docs/scale.md).
     sampler_placement: str = "replica"
     sampler_tensor: int = 0  # "decode": devices per tensor-parallel sampler replica (0: auto)
 
