@@ -54,6 +54,10 @@ def test_programs_and_summary(compiled):
     assert s["decode_layout"]["slots_per_replica"] * 2 == 112  # rows x (T - 1) = 16 x 7 requests
     g = s["generation_s"]
     assert g["refresh_behavior"]["requests"] == 7 * g["on_policy"]["requests"] == 112
+    # An on-policy call is sized to its 16 requests (8 per replica) and compiled on its own.
+    on = compiled.by_name("sampler_decode_step_onpolicy")
+    assert on is not None and g["on_policy"]["slots"] == 16 and g["refresh_behavior"]["slots"] == 112
+    assert on.bytes_accessed < compiled.by_name("sampler_decode_step").bytes_accessed
     assert g["on_policy"]["sync_s"] > 0 and g["refresh_behavior"]["decode_s"] > 0
 
 

@@ -323,7 +323,9 @@ def sampler_shapes(t: Target) -> dict[str, int]:
         choice = decode_choice(t, requests)
         shards = choice.layout.replicas
         slots = (cfg.hardware.sampler_slots or choice.slots * shards)
-        extra = dict(tensor=choice.layout.tensor, choice=choice)
+        # the on-policy call: a step's rows, sized as `WeightSync.slots` sizes it
+        on = cfg.hardware.sampler_slots or min(-(-t.rows // shards), max(choice.fit, 1)) * shards
+        extra = dict(tensor=choice.layout.tensor, choice=choice, onpolicy_slots=min(on, slots))
     else:
         slots = cfg.hardware.sampler_slots or min(256, pow2_at_least(requests))
         shards = t.batch_shards if sharded else 1
@@ -427,15 +429,19 @@ def sampler_programs(t: Target, state, buckets: str = "all") -> list[Program]:
     # decode copy (`WeightSync` keeps it as its key) unless the cast returned the params.
     held = device_bytes(learner_cast) if decode and sdt != t.mcfg.param_dtype else 0
     resident += held
-    init = functools.partial(core.init_buffers, t.mcfg, s["slots"], s["cache_len"], s["n_out"])
-    st, out_t, out_lp = jax.eval_shape(init)
-    st = abstract(st, st.replace(
-        cache=st.cache.replace(k=tuple(kv(st.cache.k_axes, x.shape) for x in st.cache.k),
-                               v=tuple(kv(st.cache.v_axes, x.shape) for x in st.cache.v),
-                               end_B=rows(st.cache.end_B.shape, "decode state")),
-        **{f: rows(getattr(st, f).shape, "decode state")
-           for f in ("token_B", "logprob_B", "step_B", "budget_B", "key_B", "occupied_B",
-                     "finish_B")}))
+    def decode_state(slots):
+        init = functools.partial(core.init_buffers, t.mcfg, slots, s["cache_len"], s["n_out"])
+        st, out_t, out_lp = jax.eval_shape(init)
+        st = abstract(st, st.replace(
+            cache=st.cache.replace(k=tuple(kv(st.cache.k_axes, x.shape) for x in st.cache.k),
+                                   v=tuple(kv(st.cache.v_axes, x.shape) for x in st.cache.v),
+                                   end_B=rows(st.cache.end_B.shape, "decode state")),
+            **{f: rows(getattr(st, f).shape, "decode state")
+               for f in ("token_B", "logprob_B", "step_B", "budget_B", "key_B", "occupied_B",
+                         "finish_B")}))
+        return st, out_t, out_lp
+
+    st, out_t, out_lp = decode_state(s["slots"])
     out_t, out_lp = (_sds(x, rows(x.shape, "output buffer")) for x in (out_t, out_lp))
     state_bytes, out_bytes = device_bytes(st), device_bytes((out_t, out_lp))
     p_w, r = t.widths
@@ -483,6 +489,16 @@ def sampler_programs(t: Target, state, buckets: str = "all") -> list[Program]:
         "body of run_chunk; its cost is the per-token roofline)",
         functools.partial(core.step.lower, graphdef, strategy, stops, params, st),
         extra_live=decode_extra + out_bytes))
+    on = s.get("onpolicy_slots", s["slots"])
+    if on != s["slots"]:
+        # The decode layout sizes each call's slots to its requests (`WeightSync.slots`): an
+        # on-policy step's call decodes fewer slots than a refresh's, with a cheaper step.
+        st_on, _, _ = decode_state(on)
+        progs.append(Program(
+            "sampler_decode_step_onpolicy", "sampler",
+            f"core.step: one decode step of an on-policy call's {on} slots",
+            functools.partial(core.step.lower, graphdef, strategy, stops, params, st_on),
+            extra_live=decode_extra + out_bytes))
     return progs
 
 

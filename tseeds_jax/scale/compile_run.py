@@ -183,8 +183,10 @@ class Result:
                 else 0.0
             out["generation_s"] = generation_times(self, s, roof, ici)
             if upd is not None:
+                on = self.by_name("sampler_decode_step_onpolicy")
                 out.update(step_times(self, t_upd, t_step + ici(step), roof(stats), s,
-                                      t_sync=_sync_s(self, roof, ici)))
+                                      t_sync=_sync_s(self, roof, ici),
+                                      t_step_on=roof(on) + ici(on) if on else None))
         return out
 
 
@@ -252,36 +254,43 @@ def generation_times(res: Result, s, roof, ici) -> dict[str, Any]:
     _, r = t.widths
     n = t.rows if sharded(cfg) else -(-t.rows // t.num_hosts)
     step = res.by_name("sampler_decode_step")
+    step_on = res.by_name("sampler_decode_step_onpolicy") or step
     pre = [c for c in res.compiled if c.name.startswith("sampler_prefill_")]
-    t_step = roof(step) + ici(step)
     out = {}
     big_t = cfg.seeds.refresh_interval if cfg.seeded else 8
     for what, requests in (("on_policy", n), ("refresh_behavior", (big_t - 1) * n)):
+        prog, slots = ((step_on, s.get("onpolicy_slots", s["slots"])) if what == "on_policy"
+                       else (step, s["slots"]))
+        t_step = roof(prog) + ici(prog)
         sync = _sync_s(res, roof, ici)
         prefill = 0.0
         if pre:
             top = max(pre, key=lambda c: int(c.name.rsplit("_", 1)[1]))
             rows = s["rows"][int(top.name.rsplit("_", 1)[1])]
             prefill = math.ceil(requests / rows) * (roof(top) + ici(top))
-        decode = math.ceil(requests / s["slots"]) * r * t_step
-        out[what] = dict(requests=requests, sync_s=sync, prefill_s=prefill, decode_s=decode,
-                         total_s=sync + prefill + decode)
+        decode = math.ceil(requests / slots) * r * t_step
+        out[what] = dict(requests=requests, slots=slots, decode_step_s=t_step, sync_s=sync,
+                         prefill_s=prefill, decode_s=decode, total_s=sync + prefill + decode)
     return out
 
 
 def step_times(res: Result, t_upd: float, t_step: float, t_stats: float, s,
-               t_sync: float = 0.0) -> dict[str, Any]:
+               t_sync: float = 0.0, t_step_on: float | None = None) -> dict[str, Any]:
     """Roofline step time of an on-policy step and of a Thinking Seeds step averaged over one
     refresh cycle of T steps (decode waves of `slots` requests, each to the full response width;
     behavior log-probs in `stats_forward` chunks; one weight sync per step), and their ratio.
-    `t_step`: a decode step with its collectives (serial)."""
+    `t_step`: a decode step with its collectives (serial); `t_step_on`: the same for a call of
+    one step's rows when the decode layout sizes it smaller (`onpolicy_slots`)."""
     t = res.target
     cfg = t.cfg
     _, r = t.widths
     n = t.rows if sharded(cfg) else -(-t.rows // t.num_hosts)
-    slots = s["slots"]
+    slots, slots_on = s["slots"], s.get("onpolicy_slots", s["slots"])
+    t_on = t_step if t_step_on is None else t_step_on
 
     def decode(requests: int, length: int) -> float:
+        if requests <= slots_on:  # one step's rows: the on-policy-sized call
+            return math.ceil(requests / slots_on) * length * t_on
         return math.ceil(requests / slots) * length * t_step
 
     on_policy = decode(n, r) + t_upd + t_sync
