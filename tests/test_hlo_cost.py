@@ -162,6 +162,43 @@ ENTRY %e (x: f32[64,8]) -> f32[64,8] {
     assert c.ici_bytes == sum(c.collective_bytes.values())
 
 
+def test_tpu_all_reduce_scatter_fusion_counts_as_reduce_scatter():
+    """libtpu writes a weight gradient's reduce-scatter as a kCustom fusion calling a computation
+    named `all-reduce-scatter...` (an all-reduce whose result only feeds this device's
+    dynamic-slice; the form seen in an optimized v5p update, fsdp 4). It sends a reduce-scatter's
+    S (n-1)/n, not an all-reduce's 2 S (n-1)/n; a plain all-reduce beside it keeps its count."""
+    text = """HloModule rs, num_partitions=4
+
+%add (a: f32[], b: f32[]) -> f32[] {
+  %a = f32[] parameter(0)
+  %b = f32[] parameter(1)
+  ROOT %s = f32[] add(%a, %b)
+}
+
+%all-reduce-scatter.clone.1 (input.32: f32[1024,512]) -> f32[256,512] {
+  %input.32 = f32[1024,512]{1,0:T(8,128)} parameter(0)
+  %all-reduce.232 = f32[1024,512]{1,0:T(8,128)} all-reduce(%input.32), channel_id=1, replica_groups={{0,1,2,3}}, use_global_device_ids=true, to_apply=%add
+  %partition-id.69 = u32[] partition-id()
+  %constant.1731 = u32[] constant(256)
+  %multiply.573 = u32[]{:T(128)} multiply(%partition-id.69, %constant.1731)
+  %constant.1732 = u32[] constant(0)
+  ROOT %dynamic-slice.453 = f32[256,512]{1,0:T(8,128)} dynamic-slice(%all-reduce.232, %multiply.573, %constant.1732), dynamic_slice_sizes={256,512}
+}
+
+ENTRY %e (g: f32[1024,512], v: f32[128]) -> (f32[256,512], f32[128]) {
+  %g = f32[1024,512]{1,0:T(8,128)} parameter(0)
+  %v = f32[128]{0:T(128)} parameter(1)
+  %fusion.516 = f32[256,512]{1,0:T(8,128)} fusion(%g), kind=kCustom, calls=%all-reduce-scatter.clone.1, backend_config={"collective_algorithm_config":{"emitter":"SingleInputAllReduceScatterFusion"}}
+  %ar = f32[128]{0:T(128)} all-reduce(%v), replica_groups={{0,1,2,3}}, to_apply=%add
+  ROOT %t = (f32[256,512]{1,0:T(8,128)}, f32[128]{0:T(128)}) tuple(%fusion.516, %ar)
+}
+"""
+    c = hc.hlo_cost(text)
+    s, v = 1024 * 512 * 4, 128 * 4
+    assert c.collective_bytes == {"reduce-scatter": s * 3 / 4, "all-reduce": 2 * v * 3 / 4}
+    assert c.collective_counts == {"reduce-scatter": 1, "all-reduce": 1}
+
+
 def test_bad_text_is_named():
     with pytest.raises(ValueError, match="HLO module text"):
         hc.hlo_cost("not hlo")

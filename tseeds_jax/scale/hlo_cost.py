@@ -35,6 +35,8 @@ Conventions (per device of a partitioned program):
 - Collective bytes: what one device sends with ring algorithms over a group of n devices:
   all-reduce 2 S (n-1)/n, all-gather and all-to-all and reduce-scatter S_in (n-1) and S_in (n-1)/n
   respectively (S_in: the operand bytes), collective-permute S_in. `*-done` halves count 0.
+  libtpu's fused reduce-scatter (a kCustom fusion calling `all-reduce-scatter...`: all-reduce,
+  then this device's dynamic-slice) counts as the reduce-scatter it is.
 - Trip counts: the while's backend config `known_trip_count`, else the loop condition
   `counter < constant` (or <=, >, >=, !=) with the counter's start read from the loop's init
   tuple (a constant, possibly through a copy) and its step from the body (`counter + constant`;
@@ -65,6 +67,10 @@ from tseeds_jax.scale.hlo_text import (  # noqa: F401 (parse_module, group_size:
 )
 
 COLLECTIVES = ("all-reduce", "all-gather", "reduce-scatter", "all-to-all", "collective-permute")
+# A kCustom fusion calling a computation of this name (all-reduce + dynamic-slice of the device's
+# shard) is what libtpu emits for a reduce-scatter ("SingleInputAllReduceScatterFusion"): it moves
+# a reduce-scatter's bytes, not an all-reduce's, and is counted as one.
+REDUCE_SCATTER_FUSION = "all-reduce-scatter"
 _ELEMENTWISE = {"add", "subtract", "multiply", "divide", "maximum", "minimum", "negate", "abs",
                 "compare", "select", "and", "or", "xor", "not", "clamp", "power", "remainder",
                 "sign", "floor", "ceil", "round-nearest-afz", "round-nearest-even", "atan2"}
@@ -306,6 +312,10 @@ class _Counter:
         kind = op[:-len("-start")] if op.endswith("-start") else op
         if kind not in COLLECTIVES:
             return
+        if kind == "all-reduce" and comp.name.lstrip("%").startswith(REDUCE_SCATTER_FUSION):
+            # The TPU compiler's fused reduce-scatter: an all-reduce whose result only feeds a
+            # dynamic-slice of this device's shard, emitted as one reduce-scatter.
+            kind = "reduce-scatter"
         s_in = sum(nbytes(self.shape(comp, x)) for x in ins.operands)
         n = group_size(ins.attrs, self.n_dev)
         if n <= 1 and kind != "collective-permute":
