@@ -111,10 +111,10 @@ def test_tensorboard_events_hold_every_logged_scalar(tmp_path):
 
 
 # ---- sampler-vs-learner gap -------------------------------------------------------------------
-def _gap_after_one_step(tmp_path, noise: float) -> float:
+def _gap_after_one_step(tmp_path, noise: float, **overrides) -> float:
     """The gap metric of one on-policy step whose sampler runs on the learner's parameters plus
     Gaussian noise of scale `noise` (0: the same parameters)."""
-    tr = tiny_trainer(tmp_path, **{"seeds.refresh_interval": 1})
+    tr = tiny_trainer(tmp_path, **{"seeds.refresh_interval": 1, **overrides})
     if noise:
         cast = trainer_mod._cast
 
@@ -135,6 +135,9 @@ def _gap_after_one_step(tmp_path, noise: float) -> float:
     else:
         m = tr.train_step()
     tr.writer.close()
+    sync = getattr(tr.env.sample_fn, "weight_sync", None)
+    assert (sync is not None and sync.count == 1) == \
+        (overrides.get("hardware.sampler_placement") == "decode")  # one reshard per step
     return float(m["sampler_learner_gap"])
 
 
@@ -147,3 +150,12 @@ def test_sampler_learner_gap_is_zero_untrained_and_grows_with_param_difference(t
     assert 0.0 <= same < 1e-4, same
     assert small > 100 * max(same, 1e-6), (same, small)
     assert large > 2 * small, (small, large)
+
+
+def test_sampler_learner_gap_is_zero_on_the_decode_layout(tmp_path):
+    # The learner on fsdp 8, the sampler on its decode layout (4 tensor-parallel pairs, the
+    # vocabulary split over each pair): the same parameters give the same log-probs.
+    gap = _gap_after_one_step(tmp_path, 0.0, **{"mesh.fsdp": 8,
+                                                "hardware.sampler_placement": "decode",
+                                                "hardware.sampler_tensor": 2})
+    assert 0.0 <= gap < 1e-4, gap
