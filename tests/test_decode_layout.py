@@ -63,30 +63,33 @@ def test_decode_mesh_groups_devices_and_reshards_by_the_rules(learner):
         layout.decode_mesh(jax.devices(), 3)
 
 
+PROMPTS = _prompts(10, seed=0)
+BUDGETS = [12, 3, 9, 12, 1, 7, 12, 5, 12, 10]
+
+
+@pytest.fixture(scope="module")
+def greedy_ref(learner):
+    return generate(learner, PROMPTS, max_new_tokens=BUDGETS, temperature=0, num_slots=8)
+
+
 @pytest.mark.parametrize("tensor", [1, 4])
-def test_greedy_tokens_equal_learner_layout(split, learner, tensor):
-    prompts = _prompts(10, seed=0)
-    budgets = [12, 3, 9, 12, 1, 7, 12, 5, 12, 10]
-    ref = generate(learner, prompts, max_new_tokens=budgets, temperature=0, num_slots=8)
-    dec = layout.reshard(learner[1], layout.decode_mesh(jax.devices(), tensor))
-    got = generate((learner[0], dec), prompts, max_new_tokens=budgets, temperature=0,
+def test_greedy_tokens_equal_learner_layout(learner, greedy_ref, tensor):
+    mesh = layout.decode_mesh(jax.devices(), tensor)
+    dec = layout.reshard(learner[1], mesh)
+    got = generate((learner[0], dec), PROMPTS, max_new_tokens=BUDGETS, temperature=0,
                    num_slots=8)
-    _assert_same(ref, got)
+    _assert_same(greedy_ref, got)
     # The decode state really lives on the decode mesh: slots over the replicas.
-    st, _, _ = placement.Placement(placement.params_mesh(dec) or
-                                   layout.decode_mesh(jax.devices(), tensor)).init_buffers(
-        CFG, 8, 64, 16)
+    st, _, _ = placement.Placement(mesh).init_buffers(CFG, 8, 64, 16)
     assert st.cache.k[0].sharding.spec[0] in ("data", ("data",))
 
 
-def test_topk_and_temperature_sampling_match_learner_layout(learner):
+def test_topk_sampling_matches_learner_layout(learner):
+    # (greedy, temperature and top-k draws on split logits: test_vocab_parallel_* below)
     prompts = _prompts(6, seed=1, hi=16)
     dec = layout.reshard(learner[1], layout.decode_mesh(jax.devices(), 4))
-    for knobs in (dict(temperature=0.8, top_k=20), dict(temperature=1.0)):
-        ref = generate(learner, prompts, max_new_tokens=10, seed=[5, 6, 7, 8, 9, 10], **knobs)
-        got = generate((learner[0], dec), prompts, max_new_tokens=10, seed=[5, 6, 7, 8, 9, 10],
-                       **knobs)
-        _assert_same(ref, got)
+    knobs = dict(temperature=0.8, top_k=20, max_new_tokens=10, seed=[5, 6, 7, 8, 9, 10])
+    _assert_same(generate(learner, prompts, **knobs), generate((learner[0], dec), prompts, **knobs))
 
 
 def _vp(strategy, logits, keys, tensor):
