@@ -403,3 +403,33 @@ ENTRY %main (x: f32[8,64], w: bf16[64,32]) -> f32[8,32] {
 """
     c = hc.hlo_cost(text)
     assert c.bytes_accessed == 64 * 32 * 2 + 8 * 64 * 4 + 8 * 32 * 4
+
+
+def test_async_slices_into_on_chip_memory_read_their_slice():
+    # A [2048, 1024] bf16 weight (4 MiB) prefetched into VMEM in two 2 MiB slices, then used by
+    # a fusion: 4 MiB read from HBM, plus the fusion's [8, 1024] f32 result (32 KiB); a third
+    # slice lands in HBM (read and written: 2 x 1 MiB).
+    text = """HloModule a, num_partitions=1
+
+%fused (a: s8[2097152], b: s8[2097152], c: s8[1048576]) -> f32[8,1024] {
+  %a = s8[2097152]{0:T(1024)(128)(4,1)S(1)} parameter(0)
+  %b = s8[2097152]{0:T(1024)(128)(4,1)S(1)} parameter(1)
+  %c = s8[1048576]{0:T(1024)(128)(4,1)} parameter(2)
+  ROOT %z = f32[8,1024]{1,0} broadcast(%a), dimensions={}
+}
+
+ENTRY %main (w: s8[4194304]) -> f32[8,1024] {
+  %w = s8[4194304]{0:T(1024)(128)(4,1)} parameter(0)
+  %s0 = ((s8[4194304]{0:T(1024)(128)(4,1)}), s8[2097152]{0:T(1024)(128)(4,1)S(1)}, s32[]{:S(2)}) slice-start(%w), slice={[0:2097152]}
+  %s1 = ((s8[4194304]{0:T(1024)(128)(4,1)}), s8[2097152]{0:T(1024)(128)(4,1)S(1)}, s32[]{:S(2)}) slice-start(%w), slice={[2097152:4194304]}
+  %s2 = ((s8[4194304]{0:T(1024)(128)(4,1)}), s8[1048576]{0:T(1024)(128)(4,1)}, s32[]{:S(2)}) slice-start(%w), slice={[0:1048576]}
+  %d0 = s8[2097152]{0:T(1024)(128)(4,1)S(1)} slice-done(%s0)
+  %d1 = s8[2097152]{0:T(1024)(128)(4,1)S(1)} slice-done(%s1)
+  %d2 = s8[1048576]{0:T(1024)(128)(4,1)} slice-done(%s2)
+  ROOT %y = f32[8,1024]{1,0} fusion(%d0, %d1, %d2), kind=kLoop, calls=%fused
+}
+"""
+    c = hc.hlo_cost(text)
+    mib = 1 << 20
+    # the fusion reads d2 (1 MiB, in HBM) too
+    assert c.bytes_accessed == 4 * mib + 2 * mib + 1 * mib + 8 * 1024 * 4

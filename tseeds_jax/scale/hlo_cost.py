@@ -32,6 +32,8 @@ Conventions (per device of a partitioned program):
   memory space (a layout with `S(k)`, k >= 1: the TPU compiler prefetches weights into VMEM with
   `copy-start`) count 0: the prefetch counts its HBM read once, the consumer's read is on chip
   (counting both, as `cost_analysis()` does, put the 7B decode step 1.8 GB over its arguments).
+  An async `slice-start` (weights prefetched into VMEM in 4 MiB chunks) reads its slice once;
+  counting its whole source per chunk put r1's on-policy decode step at 24 GB for 3 GB read.
 - Collective bytes: what one device sends with ring algorithms over a group of n devices:
   all-reduce 2 S (n-1)/n, all-gather and all-to-all and reduce-scatter S_in (n-1) and S_in (n-1)/n
   respectively (S_in: the operand bytes), collective-permute S_in. `*-done` halves count 0.
@@ -62,6 +64,7 @@ from tseeds_jax.scale.hlo_text import (  # noqa: F401 (parse_module, group_size:
     hbm_nbytes,
     nbytes,
     nelems,
+    nth_shape,
     parse_module,
     shapes_of,
 )
@@ -344,6 +347,11 @@ class _Counter:
             return 2.0 * hbm_nbytes(self.shape(comp, ins.operands[1]))
         if op == "fusion":
             return self.fusion_traffic(comp, ins)
+        if op == "slice-start":
+            # ((source), destination, context): an async slice (the TPU compiler prefetches
+            # weights into VMEM in chunks this way) reads its slice, not the whole source.
+            dest = nth_shape(ins.type, 1)
+            return hbm_nbytes(dest) + nbytes(dest)
         if op == "copy-start":  # (destination, source alias, context): the copy writes only the first
             return hbm_nbytes(first_shape(ins.type)) + sum(
                 hbm_nbytes(self.shape(comp, x)) for x in ins.operands)

@@ -56,8 +56,13 @@ def hbm_nbytes(type_text: str) -> float:
 
 def first_shape(type_text: str) -> str:
     """The first array type of a (tuple) type, with its layout."""
-    m = _SHAPE_LAYOUT.search(type_text)
-    return m.group(0) if m else ""
+    return nth_shape(type_text, 0)
+
+
+def nth_shape(type_text: str, n: int) -> str:
+    """The n-th array type (in print order) of a (tuple) type, with its layout."""
+    found = [m.group(0) for m in _SHAPE_LAYOUT.finditer(type_text)]
+    return found[n] if n < len(found) else ""
 
 
 def nelems(type_text: str) -> int:
