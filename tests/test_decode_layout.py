@@ -166,3 +166,12 @@ def test_weight_sync_reshards_once_per_params_and_sizes_slots(learner):
     assert dict(placement.params_mesh(a).shape) == {"data": 4, "fsdp": 1, "tensor": 2}
     assert sync.slots(24) == 24 and sync.slots(5) == 8  # whole slots per replica
     assert sync.take_seconds() > 0 and sync.take_seconds() == 0
+
+
+def test_weight_sync_keeps_single_device_params_on_their_device(split):
+    # A one-device learner (CPU runs): the decode layout is that device, tensor 1 (no chip table).
+    sync = layout.WeightSync(CFG, sampler_dtype="float32", requests=4, cache_len=64)
+    out = sync(split[1])
+    assert sync.mesh.size == 1 and sync.choice.layout == layout.DecodeLayout(1, 1)
+    assert {d for x in jax.tree.leaves(out) for d in x.devices()} == {jax.devices()[0]}
+    assert sync.slots(4) == 4

@@ -220,12 +220,9 @@ class WeightSync:
             return self._dst
         import time
 
-        from tseeds_jax.sampling.placement import params_mesh
-
-        src_mesh = params_mesh(params)
-        devices = list(src_mesh.devices.flat) if src_mesh is not None else jax.devices()
-        if self.mesh is None or set(self.mesh.devices.flat) != set(devices):
-            self._choose(devices, src_mesh.axis_types if src_mesh is not None else None)
+        devices, axis_types = _devices_of(params)
+        if self.mesh is None or list(self.mesh.devices.flat) != devices:
+            self._choose(devices, axis_types)
         self._src = self._dst = None  # drop the previous copy before making the next
         t0 = time.perf_counter()
         out = reshard(params, self.mesh)
@@ -245,6 +242,19 @@ class WeightSync:
         what memory holds, times the replicas."""
         c = self.choice
         return min(-(-n_requests // c.layout.replicas), max(c.fit, 1)) * c.layout.replicas
+
+
+def _devices_of(params) -> tuple[list, tuple | None]:
+    """The devices `params` live on, in their mesh's order (a single device or an uncommitted
+    array: that device), and the mesh's axis types."""
+    for x in jax.tree_util.tree_leaves(params):
+        if not isinstance(x, jax.Array):
+            continue
+        s = x.sharding
+        if isinstance(s, jax.sharding.NamedSharding):
+            return list(s.mesh.devices.flat), s.mesh.axis_types
+        return sorted(s.device_set, key=lambda d: d.id), None
+    return [jax.devices()[0]], None
 
 
 def free_bytes(device) -> float | None:
