@@ -95,6 +95,16 @@ def slots_per_replica(m: DecodeModel, tensor: int, free_bytes: float, cache_len:
     return max(0, int(left // per_slot))
 
 
+def balanced_slots(per_replica: int, fit: int) -> int:
+    """Slots per replica for `per_replica` requests when memory holds `fit`: the fewest waves,
+    with the requests spread evenly over them (1,792 requests at 1,328 slots would run a full
+    wave and a 35% one, each as long as the longest response; two waves of 896 cost less)."""
+    if fit <= 0:
+        return 0
+    waves = -(-per_replica // fit)
+    return -(-per_replica // waves)
+
+
 def step_time(m: DecodeModel, tensor: int, slots: int, kv_tokens: float, hbm_bw: float,
               ici_bw: float) -> tuple[float, float]:
     """(HBM seconds, interconnect seconds) of one decode step on a device of a replica with
@@ -129,8 +139,7 @@ def choose(m: DecodeModel, *, devices: int, per_host: int, requests: int, free_b
         reps = devices // t
         fit = slots_per_replica(m, t, free_bytes, cache_len) if math.isfinite(free_bytes) \
             else 1 << 30
-        want = -(-requests // reps)
-        s = min(want, fit) if fit else 0
+        s = balanced_slots(-(-requests // reps), fit)
         if s == 0:
             notes.append(f"tensor {t}: the weights leave no memory for a slot")
             continue
@@ -241,7 +250,8 @@ class WeightSync:
         """Slots for a call of `n_requests`: per replica the fewer of the requests' share and
         what memory holds, times the replicas."""
         c = self.choice
-        return min(-(-n_requests // c.layout.replicas), max(c.fit, 1)) * c.layout.replicas
+        return balanced_slots(-(-n_requests // c.layout.replicas), max(c.fit, 1)) \
+            * c.layout.replicas
 
 
 def _devices_of(params) -> tuple[list, tuple | None]:

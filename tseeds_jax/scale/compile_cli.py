@@ -117,7 +117,8 @@ def markdown(res, plan=None) -> str:
     for what, g in s.get("generation_s", {}).items():
         lines.append(f"{what.replace('_', ' ')} generation ({g['requests']} sequences): "
                      f"{g['total_s']:.1f} s = weight sync {g['sync_s']:.2f} + prefill "
-                     f"{g['prefill_s']:.2f} + decode {g['decode_s']:.1f}")
+                     f"{g['prefill_s']:.2f} + decode {g['decode_s']:.1f} ({g['slots']} slots; "
+                     f"{g['total_live_s']:.1f} s reading the live cache only)")
     if "seeded_over_onpolicy" in s:
         a = s["ratio_assumed"]
         lines.append(f"roofline step time: on-policy {s['onpolicy_step_s']:.1f} s, Thinking Seeds "

@@ -324,7 +324,10 @@ def sampler_shapes(t: Target) -> dict[str, int]:
         shards = choice.layout.replicas
         slots = (cfg.hardware.sampler_slots or choice.slots * shards)
         # the on-policy call: a step's rows, sized as `WeightSync.slots` sizes it
-        on = cfg.hardware.sampler_slots or min(-(-t.rows // shards), max(choice.fit, 1)) * shards
+        from tseeds_jax.sampling.layout import balanced_slots
+
+        on = cfg.hardware.sampler_slots or balanced_slots(-(-t.rows // shards),
+                                                          max(choice.fit, 1)) * shards
         extra = dict(tensor=choice.layout.tensor, choice=choice, onpolicy_slots=min(on, slots))
     else:
         slots = cfg.hardware.sampler_slots or min(256, pow2_at_least(requests))

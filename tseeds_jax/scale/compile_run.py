@@ -181,7 +181,14 @@ class Result:
             out["decode_tokens_per_s_per_chip_bound"] = (
                 s["slots"] / t_step / chips if sharded(cfg) else per_dev / t_step) if t_step \
                 else 0.0
-            out["generation_s"] = generation_times(self, s, roof, ici)
+            f = live_fraction(t)
+
+            def roof_live(c):  # the decode kernel reading a live share f of the cache
+                return max(c.flops / chip.bf16_flops,
+                           (c.bytes_accessed - (1.0 - f) * c.decode_cache_bytes)
+                           / chip.hbm_bandwidth)
+
+            out["generation_s"] = generation_times(self, s, roof, ici, roof_live)
             if upd is not None:
                 on = self.by_name("sampler_decode_step_onpolicy")
                 out.update(step_times(self, t_upd, t_step + ici(step), roof(stats), s,
@@ -244,11 +251,13 @@ def _sync_s(res: Result, roof, ici) -> float:
     return roof(c) + ici(c) if c is not None else 0.0
 
 
-def generation_times(res: Result, s, roof, ici) -> dict[str, Any]:
+def generation_times(res: Result, s, roof, ici, roof_live=None) -> dict[str, Any]:
     """Estimated wall time of a refresh's behavior generation (the T - 1 batches of a cycle) and
     of one on-policy generation: weight sync, prefills (the largest bucket's program per call of
     its rows) and decode waves of the slots, every response to the full width; per-program
-    roofline + ICI time (serial)."""
+    roofline + ICI time (serial). `total_live_s`: the same with the decode steps reading only
+    the live share of the cache (`live_fraction`; equal to `total_s` without the ragged kernel,
+    whose cache operands are `decode_cache_bytes`)."""
     t = res.target
     cfg = t.cfg
     _, r = t.widths
@@ -269,8 +278,11 @@ def generation_times(res: Result, s, roof, ici) -> dict[str, Any]:
             rows = s["rows"][int(top.name.rsplit("_", 1)[1])]
             prefill = math.ceil(requests / rows) * (roof(top) + ici(top))
         decode = math.ceil(requests / slots) * r * t_step
+        live = decode if roof_live is None else \
+            math.ceil(requests / slots) * r * (roof_live(prog) + ici(prog))
         out[what] = dict(requests=requests, slots=slots, decode_step_s=t_step, sync_s=sync,
-                         prefill_s=prefill, decode_s=decode, total_s=sync + prefill + decode)
+                         prefill_s=prefill, decode_s=decode, total_s=sync + prefill + decode,
+                         decode_live_s=live, total_live_s=sync + prefill + live)
     return out
 
 
