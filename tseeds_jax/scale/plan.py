@@ -19,7 +19,8 @@ The model (docs/scale.md explains each term):
   copy (and its `model.sampler_dtype` cast) on one device per host with the host's whole KV cache;
   "sharded" -- the learner's parameter shards (one layer gathered over fsdp at a time), the KV
   cache split over the batch axes and kv heads over tensor by the rules table. Plus one batched
-  prefill (its attention scores are materialised: no flash attention) or one decode step.
+  prefill (its attention scores materialised unless the attention is a flash kernel: splash on
+  TPU, cuDNN on GPU; `attention_kind`) or one decode step.
 * statistics passes (behavior / old / reference log-probs): no-grad forwards of the rows the
   trainer gives one call (`micro_batch_size` rows per forward in `Trainer._stats` / `_topk`,
   also for the passes of rl/plugins.py), on the replica device or split over the mesh.
@@ -81,7 +82,46 @@ TPU_PARAM_CASTS = 2
 # scores buffers, temp 27.8 GiB for ~18 GiB alive). Fitted to the three compiled paper updates
 # (docs/scale.md): the allowance is this share of the largest temporary.
 TPU_HEAP_SHARE_OF_LARGEST = 0.5
+# float32 [D, V]-sized buffers of the log-prob kernel's backward besides the gathered unembedding
+# (d unembed; the embedding's full-size gradient before its reduce-scatter; with splash the
+# kernel's moment is the update's peak). Read off the splash-era compiles (docs/scale.md).
+TPU_KERNEL_DV_F32 = 1
+# Compiled program code in HBM (`memory_analysis().generated_code_size_in_bytes`): 0.12-0.15 GiB
+# for the paper variants' update and statistics programs.
+TPU_PROGRAM_CODE = 128 << 20
+# Compute-dtype copies of the gathered unembedding beside the float32 one in the statistics
+# forward (the kernel's moment there).
+TPU_STATS_HEAD_CASTS = 0
+# [N, D]-sized buffers per layer kept from the forward for the backward under remat (the layer
+# input and what the compiler keeps beside it).
+TPU_SAVED_ND_PER_LAYER = 3
 TPU_FAMILIES = ("v4", "v5e", "v5p", "v6e")
+
+
+def attention_kind(w, t_len: int, dtype: str | None = None) -> str:
+    """The attention implementation the model runs for this workload (`model.attention_impl`,
+    "auto" resolved as `model.attention.resolve_impl` does on the workload's compiler):
+    "splash" / "cudnn" keep no [T, T] score buffer in HBM, "chunked" one [C, T] block per
+    (row, head), "xla" the whole [T, T]."""
+    from tseeds_jax.model import attention
+
+    impl = getattr(w.model, "attention_impl", "auto")
+    if impl != "auto":
+        return impl
+    if w.compiler == "tpu":
+        return "splash"
+    if w.compiler == "gpu" and DTYPE_BYTES[dtype or w.model.dtype] == 2:
+        return "cudnn"
+    return "chunked" if t_len > attention.CHUNKED_MIN_T else "xla"
+
+
+def score_rows(w, t_len: int, dtype: str | None = None) -> int:
+    """Query rows of one float32 score block per (sequence, head) that the attention keeps in
+    HBM: T (xla), min(C, T) (chunked), 0 (a flash kernel: splash on TPU, cuDNN on GPU)."""
+    from tseeds_jax.model import attention
+
+    kind = attention_kind(w, t_len, dtype)
+    return {"xla": t_len, "chunked": min(attention.CHUNK, t_len)}.get(kind, 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -314,10 +354,11 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
         "param dtype; this micro-batch's gradients replace the activations they free")
     nd, nf = n_tok * d * a, n_tok * f_t * a
     n_he = n_tok * (2 * h_t + 2 * k_t) * e * a
-    scores = b * h_t * t_len * t_len * (4 + (a if a != 4 else 0))
+    q_rows = score_rows(w, t_len)  # 0 with a flash kernel: no [T, T] buffer at all
+    scores = b * h_t * q_rows * t_len * (4 + (a if a != 4 else 0))
     saved_layer = SAVED_ND * nd + SAVED_NF * nf + n_he + SAVED_SCORES * scores
-    work_layer = WORK_ND * nd + WORK_NF * nf + n_he + WORK_SCORES * b * h_t * t_len * t_len * 4
-    outside = 2 * nd + n_resp * d * a + b * t_len * t_len  # embeddings, final norm, slice, mask
+    work_layer = WORK_ND * nd + WORK_NF * nf + n_he + WORK_SCORES * b * h_t * q_rows * t_len * 4
+    outside = 2 * nd + n_resp * d * a + b * q_rows * t_len  # embeddings, final norm, slice, mask
     if m.remat:
         saved = nl * nd + outside
         layer_bwd = saved_layer + work_layer
@@ -406,15 +447,19 @@ def _after_learner(w, lay, terms, add, warns, hbm_bytes, *, h, f, h_t, f_t, t_le
         sharded = w.sampler_placement in ("sharded", "decode")
         s_h, s_f = (h_t, f_t) if sharded else (h, f)
         sn = srows * t_len
+        q_rows = score_rows(w, t_len)  # 0 with a flash kernel (splash on TPU)
         if w.compiler == "tpu" and w.kernel_impl == "pallas":
-            # Compiled (docs/scale.md): the softmax fuses into one float32 scores buffer, and the
-            # log-prob kernel's moment (the float32 unembedding gathered + its compute-dtype cast)
-            # is apart from the layers'.
-            layer_fwd = srows * s_h * t_len * t_len * 4 + sn * (4 * d + 3 * s_f) * a
-            head = (d * v * (pb + a) if w.num_devices > 1 else 0) + 4 * -(-v // 512) * sn * 4
-            st = max(layer_fwd, head)
+            # Compiled (docs/scale.md): the softmax fuses into one float32 scores buffer (none
+            # with splash), and the log-prob kernel's moment (the float32 unembedding gathered
+            # + its compute-dtype cast) is apart from the layers'.
+            layer_fwd = srows * s_h * q_rows * t_len * 4 + sn * (4 * d + 3 * s_f) * a
+            if sharded and fsdp > 1:  # the layer's weights gathered (+ compute-dtype copy)
+                layer_fwd += lay.layer_per_tensor * (pb + a)
+            head = ((d * v * (pb + TPU_STATS_HEAD_CASTS * a) if w.num_devices > 1 else 0)
+                    + 4 * -(-v // 512) * sn * 4)
+            st = max(layer_fwd, head) + TPU_PROGRAM_CODE
         else:
-            st = (srows * s_h * t_len * t_len * (8 + a) + sn * (4 * d + 3 * s_f) * a
+            st = (srows * s_h * q_rows * t_len * (8 + a) + sn * (4 * d + 3 * s_f) * a
                   + srows * w.response_len * 16)
             st += (CHUNKED_TILES * min(2048, srows * w.response_len) * min(2048, v) * 4
                    if w.kernel_impl == "chunked"
@@ -422,7 +467,7 @@ def _after_learner(w, lay, terms, add, warns, hbm_bytes, *, h, f, h_t, f_t, t_le
         add("stats", "forward of the batch", st, f"{srows} sequences per device ({snote})")
         if not sharded and w.num_devices > 1:
             add("stats", "parameter replica", lay.total * pb, "full replica on one device per host")
-        elif sharded and fsdp > 1:
+        elif sharded and fsdp > 1 and not (w.compiler == "tpu" and w.kernel_impl == "pallas"):
             add("stats", "gathered layer weights", lay.layer_per_tensor * (pb + a),
                 "one layer all-gathered over fsdp (+ compute-dtype copy)")
 
@@ -444,6 +489,10 @@ def _learner_compiled(w: Workload, lay: ParamLayout, add, *, n_tok, n_resp, b, t
     data, fsdp, tensor = w.mesh
     pb, a = DTYPE_BYTES[m.param_dtype], DTYPE_BYTES[m.dtype]
     d, v, e = m.hidden_size, m.vocab_size, m.head_size
+    if TPU_SAVED_ND_PER_LAYER > 1:
+        add("learner", "remat residuals", (TPU_SAVED_ND_PER_LAYER - 1) * m.num_hidden_layers
+            * n_tok * d * a, f"{TPU_SAVED_ND_PER_LAYER:g} [N, D] per layer kept for the backward "
+            "(the layer input counted above)")
     add("learner", "micro-batch gradients", (TPU_GRAD_COPIES - 1) * param_bytes,
         "float32 reduce-scattered gradients of the micro-batch, beside the accumulator")
     if pb != a:
@@ -455,15 +504,23 @@ def _learner_compiled(w: Workload, lay: ParamLayout, add, *, n_tok, n_resp, b, t
         add("learner", "gathered unembedding", gathered_unembed,
             "float32 [D, V] all-gathered for the kernel, alive until the layers' backward ends")
     np_, nv = -(-n_resp // 256) * 256, -(-v // 512)
-    kern = d * v * 4 + d * v * a + 4 * nv * np_ * 4 + np_ * d * 4
-    knote = "kernel backward: float32 d unembed, compute-dtype unembed, partials, d hidden"
+    kern = TPU_KERNEL_DV_F32 * d * v * 4 + d * v * a + 4 * nv * np_ * 4 + np_ * d * 4
+    knote = (f"kernel backward: {TPU_KERNEL_DV_F32} float32 [D, V] (d unembed, d embed), "
+             "compute-dtype unembed, partials, d hidden")
     nd, nf = n_tok * d * a, n_tok * f_t * a
     n_he = n_tok * (2 * h_t + 2 * k_t) * e * a
-    scores = b * h_t * t_len * t_len
-    layer = (scores * (TPU_SCORE_BUFFERS_F32 * 4 + a) + 2 * nf + 4 * nd + n_he
+    q_rows = score_rows(w, t_len)
+    scores = b * h_t * q_rows * t_len
+    # With splash (the TPU default) the attention's backward holds no [T, T] buffer: its own
+    # float32 dq / dk / dv beside q / k / v / o / do in the compute dtype, float32 row statistics.
+    flash = (0 if q_rows else n_tok * (h_t + 2 * k_t) * e * 4 + n_tok * h_t * e * a
+             + 2 * b * h_t * t_len * 4)
+    layer = (scores * (TPU_SCORE_BUFFERS_F32 * 4 + a) + flash + 2 * nf + 4 * nd + n_he
              + lay.layer_per_tensor * a * (fsdp > 1))
-    lnote = ("one layer's backward: float32 d scores + probs "
-             f"[{b},{h_t},{t_len},{t_len}], MLP and attention tiles, the layer gathered")
+    lnote = ("one layer's backward: " + (
+        f"float32 d scores + probs [{b},{h_t},{q_rows},{t_len}]" if q_rows else
+        "splash attention (float32 dq / dk / dv, no [T, T] buffer)")
+        + ", MLP and attention tiles, the layer gathered")
     if kern >= layer:
         add("learner", "backward working set", kern, f"{knote}; > {lnote} ({layer / GIB:.2f} GiB)")
     else:
@@ -472,6 +529,8 @@ def _learner_compiled(w: Workload, lay: ParamLayout, add, *, n_tok, n_resp, b, t
     add("learner", "heap allowance", TPU_HEAP_SHARE_OF_LARGEST * largest,
         f"{TPU_HEAP_SHARE_OF_LARGEST:g} x the largest temporary ({largest / GIB:.2f} GiB): "
         "fragmentation of XLA's temp allocation (docs/scale.md)")
+    if TPU_PROGRAM_CODE:
+        add("learner", "program code", TPU_PROGRAM_CODE, "the compiled update's code (measured)")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -18,6 +18,12 @@ Options:
                        compiled per-device peak beside the plan's, with the ratio; a phase
                        outside +-15% is flagged
   --topology NAME      with --compile: libtpu topology (default: from the accelerator)
+  --scheduler-memory-percent P   with --compile: libtpu's scheduler limited to P% of HBM
+                       (default 10, the setting the planner is compared at: docs/scale.md; 0 =
+                       libtpu's default, which keeps more alive where the chip has room)
+  --compiled FILE[,FILE...]   compare with saved `tseeds compile --json` outputs instead of
+                       compiling (each phase's peak from the files that have it; a phase in
+                       several files takes the largest program)
   --json               machine-readable output
 """
 
@@ -45,6 +51,10 @@ def _parse(argv: list[str]):
         flags.DEFINE_bool("compile", False, "compile for the TPU target and compare",
                           flag_values=fv)
         flags.DEFINE_string("topology", None, "libtpu topology for --compile", flag_values=fv)
+        flags.DEFINE_integer("scheduler_memory_percent", 10, "with --compile: libtpu scheduler's "
+                             "share of HBM (0: libtpu's default)", flag_values=fv)
+        flags.DEFINE_string("compiled", None, "saved `tseeds compile --json` files to compare "
+                            "with (comma-separated)", flag_values=fv)
 
     return config_flags_cli.parse("tseeds plan", __doc__, argv, define)
 
@@ -137,10 +147,17 @@ def main(argv: list[str]) -> int:
         try:
             res = compile_run.compile_config(
                 fv.config, topology=fv.topology, only=("learner", "stats", "sampler"),
-                prefill_buckets="max",
+                prefill_buckets="max", scheduler_memory_percent=fv.scheduler_memory_percent,
                 progress=None if fv.json else lambda m: print(m, file=sys.stderr, flush=True))
         except (ConfigValueError, ValueError) as e:
             print(f"tseeds plan: --compile: {str(e).splitlines()[0]}", file=sys.stderr)
+            return 2
+        compared = compare(plan, res)
+    elif fv.compiled:
+        try:
+            res = saved_result([x for x in fv.compiled.split(",") if x.strip()])
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            print(f"tseeds plan: --compiled: {e}", file=sys.stderr)
             return 2
         compared = compare(plan, res)
     if fv.json:
@@ -162,6 +179,41 @@ def main(argv: list[str]) -> int:
 
 
 PHASE_TOLERANCE = 0.15  # a phase whose plan / compiled is outside 1 +- this is flagged
+
+
+def saved_result(paths: list[str]):
+    """A compile result (what `compare` reads: topology, programs' phase and peak, failures)
+    from `tseeds compile --json` outputs; the files must be of one topology."""
+    import types
+
+    programs, failures, topo = [], [], None
+    for path in paths:
+        path = path.strip()
+        with open(path) as fh:
+            d = json.load(fh)
+        if not isinstance(d, dict) or "programs" not in d or "summary" not in d:
+            raise ValueError(f"{path}: not a `tseeds compile --json` output (no 'programs' / "
+                             "'summary')")
+        t = d["summary"].get("topology")
+        if topo is not None and t != topo:
+            raise ValueError(f"{path}: topology {t!r} differs from the other files' {topo!r}")
+        topo = t
+        for i, p in enumerate(d["programs"]):
+            for key in ("name", "phase", "peak"):
+                if key not in p:
+                    raise ValueError(f"{path}: programs[{i}] has no {key!r}")
+            programs.append(types.SimpleNamespace(name=p["name"], phase=p["phase"],
+                                                  peak=int(p["peak"])))
+        failures += [(f.get("program", "?"), f.get("kernel_impl", "?"), f.get("error", "?"))
+                     if isinstance(f, dict) else tuple(f) for f in d.get("failures", [])]
+    if not paths:
+        raise ValueError("no file given")
+
+    def phase_peak(phase):
+        return max((c.peak for c in programs if c.phase == phase), default=0)
+
+    return types.SimpleNamespace(target=types.SimpleNamespace(topology=topo), compiled=programs,
+                                 failures=failures, phase_peak=phase_peak)
 
 
 def compare(plan, res) -> dict:

@@ -114,7 +114,8 @@ def _decode_memory(w, lay, dtype_bytes, hbm_bytes) -> SamplerMemory:
     rows = max(1, PREFILL_TOKENS // t_pre)
     rows = min(1 << (rows.bit_length() - 1), pow2_at_least(slots_rep))
     d, f = m.hidden_size, m.intermediate_size
-    prefill = (rows * h_dev * t_pre * t_pre * (4 + 4 + a)
+    q_rows = _score_rows(w, t_pre)
+    prefill = (rows * h_dev * q_rows * t_pre * (4 + 4 + a)
                + rows * t_pre * m.num_hidden_layers * 2 * k_dev * m.head_size * a
                + rows * t_pre * (4 * d + 3 * f // t) * a)
     n_out = max(16, pow2_at_least(w.response_len))
@@ -124,7 +125,21 @@ def _decode_memory(w, lay, dtype_bytes, hbm_bytes) -> SamplerMemory:
         f"{w.sampler_dtype} copy split over tensor" + (" + the learner-layout cast" if held else ""),
         int(copy), int(kv), f"{slots_rep} slots x S={s} x {m.num_hidden_layers} layers x 2 x "
         f"{k_dev} kv heads x E={m.head_size}", 0, int(prefill),
-        f"{rows} rows x {t_pre} tokens per device, scores materialised", int(decode))
+        f"{rows} rows x {t_pre} tokens per device, {_scores_note(w, t_pre)}", int(decode))
+
+
+def _score_rows(w, t: int) -> int:
+    from tseeds_jax.scale.plan import score_rows
+
+    return score_rows(w, t)
+
+
+def _scores_note(w, t: int) -> str:
+    from tseeds_jax.scale.plan import attention_kind
+
+    kind = attention_kind(w, t)
+    return {"xla": "scores materialised", "chunked": "scores in query chunks"}.get(
+        kind, f"{kind} attention: no [t, t] scores")
 
 
 def _prefill_width(w) -> int:
@@ -180,7 +195,8 @@ def sampler_memory(w, lay, dtype_bytes, hbm_bytes=None) -> SamplerMemory:
     rows = max(1, PREFILL_TOKENS // t_pre)
     rows = min(1 << (rows.bit_length() - 1), -(-pow2_at_least(requests) // shards))
     d, f = m.hidden_size, m.intermediate_size
-    prefill = (rows * h_dev * t_pre * t_pre * (4 + 4 + a)  # scores, softmax (f32), probs
+    q_rows = _score_rows(w, t_pre)  # 0 with a flash kernel (splash on TPU): no [t, t] buffer
+    prefill = (rows * h_dev * q_rows * t_pre * (4 + 4 + a)  # scores, softmax (f32), probs
                + rows * t_pre * m.num_hidden_layers * 2 * k_dev * m.head_size * a  # its own KV
                + rows * t_pre * (4 * d + 3 * f) * a)
     n_out = max(16, pow2_at_least(w.response_len))
@@ -189,8 +205,8 @@ def sampler_memory(w, lay, dtype_bytes, hbm_bytes=None) -> SamplerMemory:
     v_dev = m.vocab_size // _split(kv_sizes, "activation_vocab", m.vocab_size)
     decode = slots_dev * (3 * v_dev * 4 + h_dev * s * 8) + slots_dev * 2 * 4 * n_out
     return SamplerMemory(int(extra), extra_note, int(params_read), int(kv), kv_note, gathered,
-                         int(prefill), f"{rows} rows x {t_pre} tokens per device, scores "
-                         "materialised", int(decode))
+                         int(prefill), f"{rows} rows x {t_pre} tokens per device, "
+                         f"{_scores_note(w, t_pre)}", int(decode))
 
 
 def stats_rows_per_device(w) -> tuple[int, str]:
