@@ -95,6 +95,9 @@ TPU_STATS_HEAD_CASTS = 0
 # [N, D]-sized buffers per layer kept from the forward for the backward under remat (the layer
 # input and what the compiler keeps beside it).
 TPU_SAVED_ND_PER_LAYER = 3
+# Further float32 [D, V] copies in the statistics forward when the vocabulary is split over
+# `tensor` (the kernel takes the unembedding whole: it is regathered from the tensor layout).
+TPU_STATS_TENSOR_DV_F32 = 2
 TPU_FAMILIES = ("v4", "v5e", "v5p", "v6e")
 
 
@@ -456,6 +459,7 @@ def _after_learner(w, lay, terms, add, warns, hbm_bytes, *, h, f, h_t, f_t, t_le
             if sharded and fsdp > 1:  # the layer's weights gathered (+ compute-dtype copy)
                 layer_fwd += lay.layer_per_tensor * (pb + a)
             head = ((d * v * (pb + TPU_STATS_HEAD_CASTS * a) if w.num_devices > 1 else 0)
+                    + (TPU_STATS_TENSOR_DV_F32 * d * v * 4 if tensor > 1 else 0)
                     + 4 * -(-v // 512) * sn * 4)
             st = max(layer_fwd, head) + TPU_PROGRAM_CODE
         else:

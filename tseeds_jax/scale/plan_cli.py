@@ -144,6 +144,8 @@ def main(argv: list[str]) -> int:
     if fv.compile:
         from tseeds_jax.scale import compile_run
 
+        if fv.accelerator:  # compile for the target the plan was made for
+            fv.config.hardware.accelerator = fv.accelerator
         try:
             res = compile_run.compile_config(
                 fv.config, topology=fv.topology, only=("learner", "stats", "sampler"),
