@@ -70,7 +70,7 @@ class DecodeModel:
 
 @dataclasses.dataclass(frozen=True)
 class DecodeLayout:
-    """`tensor` devices per replica, `replicas` replicas; `slots` per replica for a call."""
+    """`tensor` devices per replica, `replicas` replicas."""
 
     tensor: int
     replicas: int

@@ -30,6 +30,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
+from tseeds_jax.model.attention import _mesh_split
 from tseeds_jax.sampling import strategies as st
 
 AXIS = "tensor"
@@ -43,20 +44,10 @@ def applies(strategy, mesh, vocab: int) -> bool:
     return t > 1 and vocab % t == 0 and isinstance(strategy, (st.Greedy, st.Temperature, st.TopK))
 
 
-def _batch_axes(mesh, b: int):
-    axes, size = [], 1
-    for name in ("data", "fsdp"):
-        n = dict(mesh.shape).get(name, 1)
-        if n > 1 and b % (size * n) == 0:
-            axes.append(name)
-            size *= n
-    return tuple(axes) or None
-
-
 def sample(strategy, logits_BV, keys_B2, mesh):
     """(tokens [B] int32, temperature-1 log-probs [B] float32) from vocabulary-split logits."""
     b = logits_BV.shape[0]
-    batch = _batch_axes(mesh, b)
+    batch = _mesh_split(mesh, b, 1)[0] or None  # rows over the data axes that divide them
     fn = functools.partial(_local, strategy)
     return jax.shard_map(fn, mesh=mesh, in_specs=(P(batch, AXIS), P(batch, None)),
                          out_specs=(P(batch), P(batch)), check_vma=False)(
