@@ -42,7 +42,7 @@ DEFAULT_MAX_SHARD_SIZE = "5GB"
 
 def load_config(path: str | os.PathLike, *, dtype: str = "float32", compute_dtype: str | None = None,
                 remat: bool = False, attention_impl: str = "auto",
-                decode_attention_impl: str = "auto") -> ModelConfig:
+                decode_attention_impl: str = "auto", kv_cache_dtype: str = "auto") -> ModelConfig:
     """ModelConfig from `path/config.json` with our run settings (param/compute dtype, remat,
     attention implementation)."""
     path = Path(path)
@@ -56,7 +56,8 @@ def load_config(path: str | os.PathLike, *, dtype: str = "float32", compute_dtyp
         raise MissingFileError(f"{file}: config.json not found")
     return ModelConfig.from_hf_file(file, param_dtype=dtype, dtype=compute_dtype or dtype,
                                     remat=remat, attention_impl=attention_impl,
-                                    decode_attention_impl=decode_attention_impl)
+                                    decode_attention_impl=decode_attention_impl,
+                                    kv_cache_dtype=kv_cache_dtype)
 
 
 def hf_config_dict(cfg: ModelConfig, dtype: str) -> dict:
@@ -168,8 +169,8 @@ def params_of(model: Transformer) -> dict:
 
 def from_pretrained(path: str | os.PathLike, dtype: str = "float32", *, mesh=None, rules=None,
                     compute_dtype: str | None = None, remat: bool = False,
-                    attention_impl: str = "auto",
-                    decode_attention_impl: str = "auto") -> Transformer:
+                    attention_impl: str = "auto", decode_attention_impl: str = "auto",
+                    kv_cache_dtype: str = "auto") -> Transformer:
     """Loads an HF folder (config.json + model.safetensors or sharded + index) as a `Transformer`.
 
     dtype: parameter dtype ("float32", "bfloat16", "float16"), also the compute dtype unless
@@ -179,7 +180,7 @@ def from_pretrained(path: str | os.PathLike, dtype: str = "float32", *, mesh=Non
     """
     cfg = load_config(path, dtype=dtype, compute_dtype=compute_dtype, remat=remat,
                       attention_impl=attention_impl,
-                      decode_attention_impl=decode_attention_impl)
+                      decode_attention_impl=decode_attention_impl, kv_cache_dtype=kv_cache_dtype)
     shardings = None
     if mesh is not None:
         shardings = pure_shardings(nnx.state(abstract_model(cfg)), mesh, rules)

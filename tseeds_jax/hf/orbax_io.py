@@ -122,6 +122,7 @@ def _checkpoint_config(ckpt_dir: Path, **run) -> ModelConfig:
 def load_checkpoint_model(ckpt_dir: str | os.PathLike, *, dtype: str | None = None, mesh=None,
                           rules=None, compute_dtype: str | None = None, remat: bool = False,
                           attention_impl: str = "auto", decode_attention_impl: str = "auto",
+                          kv_cache_dtype: str = "auto",
                           device: jax.Device | None = None) -> Transformer:
     """A `Transformer` from a model checkpoint folder, restored straight onto `mesh` (or one
     device: `device`, default the first default device). dtype: None keeps the stored one."""
@@ -130,7 +131,8 @@ def load_checkpoint_model(ckpt_dir: str | os.PathLike, *, dtype: str | None = No
         st.np_dtype(dtype)
     cfg = _checkpoint_config(ckpt_dir, dtype=dtype, compute_dtype=compute_dtype, remat=remat,
                              attention_impl=attention_impl,
-                             decode_attention_impl=decode_attention_impl)
+                             decode_attention_impl=decode_attention_impl,
+                             kv_cache_dtype=kv_cache_dtype)
     abstract = nnx.state(abstract_model(cfg))
     if mesh is not None:
         shardings = pure_shardings(abstract, mesh, rules)

@@ -19,6 +19,8 @@ _DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION_IMPLS = ("auto", "xla", "chunked", "splash", "cudnn")
 # Kept equal to `tseeds_jax.model.decode_attention.IMPLS` (tests/test_decode_attention.py checks).
 DECODE_ATTENTION_IMPLS = ("auto", "xla", "ragged")
+# Kept equal to `tseeds_jax.model.kv_quant.KV_CACHE_DTYPES` (tests/test_kv_int8.py checks).
+KV_CACHE_DTYPES = ("auto", "int8")
 
 
 class ConfigError(ValueError):
@@ -30,8 +32,8 @@ class ModelConfig:
     """Architecture (HF field names) plus how to run it (param/compute dtype, remat).
 
     Fields after `max_position_embeddings` are HF metadata kept for round-tripping; the last
-    five (`param_dtype`, `dtype`, `remat`, `attention_impl`, `decode_attention_impl`) are ours
-    and never written to config.json.
+    six (`param_dtype`, `dtype`, `remat`, `attention_impl`, `decode_attention_impl`,
+    `kv_cache_dtype`) are ours and never written to config.json.
     """
 
     model_type: str = "qwen2"
@@ -68,6 +70,9 @@ class ModelConfig:
     # The sampler's decode step over the KV cache: "auto" | "xla" | "ragged"; see
     # `tseeds_jax.model.decode_attention`.
     decode_attention_impl: str = "auto"
+    # The sampler's KV cache: "auto" (the compute dtype `dtype`) | "int8" (symmetric int8 with a
+    # float32 scale per slot, kv head and position; see `tseeds_jax.model.kv_quant`).
+    kv_cache_dtype: str = "auto"
 
     def __post_init__(self):
         def bad(field, value, why):
@@ -98,6 +103,8 @@ class ModelConfig:
         if self.decode_attention_impl not in DECODE_ATTENTION_IMPLS:
             bad("decode_attention_impl", self.decode_attention_impl,
                 f"expected one of {DECODE_ATTENTION_IMPLS}")
+        if self.kv_cache_dtype not in KV_CACHE_DTYPES:
+            bad("kv_cache_dtype", self.kv_cache_dtype, f"expected one of {KV_CACHE_DTYPES}")
         if self.rope_theta <= 0:
             bad("rope_theta", self.rope_theta, "must be positive")
         rope = self.rope_scaling_dict
@@ -170,7 +177,8 @@ class ModelConfig:
         kwargs: dict[str, Any] = {}
         names = {f.name for f in dataclasses.fields(cls)} - {"param_dtype", "dtype", "remat",
                                                           "attention_impl",
-                                                          "decode_attention_impl"}
+                                                          "decode_attention_impl",
+                                                          "kv_cache_dtype"}
         for name in names:
             if name in hf and hf[name] is not None:
                 kwargs[name] = hf[name]

@@ -23,13 +23,15 @@ from tseeds_jax.model.activations import constrain
 from tseeds_jax.model.attention import MASK_VALUE as _MASK_VALUE
 from tseeds_jax.model.attention import causal_attention
 from tseeds_jax.model.config import ModelConfig
-from tseeds_jax.model.decode_attention import decode_attention
+from tseeds_jax.model.decode_attention import decode_attention, quantize
 
 # Logical layouts of attention activations and of the KV cache (`KVCache.k_axes` / `v_axes`).
 _Q_AXES = ("batch", "length", "activation_heads", "head_dim")
 _KV_AXES = ("batch", "length", "activation_kv_heads", "head_dim")
 CACHE_K_AXES = ("cache_batch", "cache_kv_heads", "cache_head_dim", "cache_length")
 CACHE_V_AXES = ("cache_batch", "cache_kv_heads", "cache_length", "cache_head_dim")
+# An int8 cache's scales [B, K, S] (`KVCache.scale_axes`).
+CACHE_SCALE_AXES = ("cache_batch", "cache_kv_heads", "cache_length")
 
 
 def _param(rngs: nnx.Rngs, init, shape, dtype, axes) -> nnx.Param:
@@ -173,41 +175,68 @@ class Attention(nnx.Module):
         return out
 
     @staticmethod
-    def _write(ck_BKES, cv_BKSE, k_BTKE, v_BTKE, write_B):
+    def _write(ck, cv, k_BTKE, v_BTKE, write_B):
         """The T new keys/values of each row written at that row's offset (cache layout: see
-        `KVCache`)."""
+        `KVCache`). `ck` / `cv`: the cache's k_BKES / v_BKSE arrays, or for an int8 cache
+        (int8 array, float32 scales [B, K, S]) pairs: the new rows are quantized over the head
+        dim here (`decode_attention.quantize`) and returned as pairs too."""
         put_k = jax.vmap(lambda c, x, i: jax.lax.dynamic_update_slice_in_dim(c, x, i, axis=2))
         put_v = jax.vmap(lambda c, x, i: jax.lax.dynamic_update_slice_in_dim(c, x, i, axis=1))
-        k_BKES = put_k(ck_BKES, jnp.transpose(k_BTKE, (0, 2, 3, 1)).astype(ck_BKES.dtype), write_B)
-        v_BKSE = put_v(cv_BKSE, jnp.transpose(v_BTKE, (0, 2, 1, 3)).astype(cv_BKSE.dtype), write_B)
+        put_s = jax.vmap(lambda c, x, i: jax.lax.dynamic_update_slice_in_dim(c, x, i, axis=1))
+        if isinstance(ck, tuple):
+            (ck_BKES, cks_BKS), (cv_BKSE, cvs_BKS) = ck, cv
+            kq_BTKE, ks_BTK = quantize(k_BTKE, axis=3)
+            vq_BTKE, vs_BTK = quantize(v_BTKE, axis=3)
+            k_BKES = put_k(ck_BKES, jnp.transpose(kq_BTKE, (0, 2, 3, 1)), write_B)
+            v_BKSE = put_v(cv_BKSE, jnp.transpose(vq_BTKE, (0, 2, 1, 3)), write_B)
+            ks_BKS = put_s(cks_BKS, jnp.transpose(ks_BTK, (0, 2, 1)).astype(cks_BKS.dtype),
+                           write_B)
+            vs_BKS = put_s(cvs_BKS, jnp.transpose(vs_BTK, (0, 2, 1)).astype(cvs_BKS.dtype),
+                           write_B)
+            return ((constrain(k_BKES, *CACHE_K_AXES), constrain(ks_BKS, *CACHE_SCALE_AXES)),
+                    (constrain(v_BKSE, *CACHE_V_AXES), constrain(vs_BKS, *CACHE_SCALE_AXES)))
+        k_BKES = put_k(ck, jnp.transpose(k_BTKE, (0, 2, 3, 1)).astype(ck.dtype), write_B)
+        v_BKSE = put_v(cv, jnp.transpose(v_BTKE, (0, 2, 1, 3)).astype(cv.dtype), write_B)
         return constrain(k_BKES, *CACHE_K_AXES), constrain(v_BKSE, *CACHE_V_AXES)
 
     def _prefill(self, q_BTHE, k_BTKE, v_BTKE, mask_BTS, cache_kv, write_B):
-        """T new tokens per row attending over the whole cache (prompt prefill)."""
-        k_BKES, v_BKSE = self._write(*cache_kv, k_BTKE, v_BTKE, write_B)
+        """T new tokens per row attending over the whole cache (prompt prefill). An int8
+        cache's scales are folded into the scores and the probabilities (no dequantized copy of
+        the cache)."""
+        new_k, new_v = self._write(*cache_kv, k_BTKE, v_BTKE, write_B)
+        (k_BKES, ks_BKS), (v_BKSE, vs_BKS) = (new_k, new_v) if isinstance(new_k, tuple) \
+            else ((new_k, None), (new_v, None))
         b, t, h, e = q_BTHE.shape
         kh = k_BKES.shape[1]
         dt = q_BTHE.dtype
         q = q_BTHE.reshape(b, t, kh, h // kh, e)
         scores = jnp.einsum("btkge,bkes->bkgts", q, k_BKES.astype(dt),
-                            preferred_element_type=jnp.float32) / math.sqrt(e)
-        scores = jnp.where(mask_BTS[:, None, None], scores, _MASK_VALUE)
-        probs = jax.nn.softmax(scores, axis=-1).astype(dt)
-        out = jnp.einsum("bkgts,bkse->btkge", probs, v_BKSE.astype(dt)).reshape(b, t, h, e)
-        return self._out(out), (k_BKES, v_BKSE)
+                            preferred_element_type=jnp.float32)
+        if ks_BKS is not None:
+            scores = scores * ks_BKS[:, :, None, None, :]
+        scores = jnp.where(mask_BTS[:, None, None], scores / math.sqrt(e), _MASK_VALUE)
+        probs = jax.nn.softmax(scores, axis=-1)
+        if vs_BKS is not None:
+            probs = probs * vs_BKS[:, :, None, None, :]
+        out = jnp.einsum("bkgts,bkse->btkge", probs.astype(dt), v_BKSE.astype(dt))
+        return self._out(out.reshape(b, t, h, e)), (new_k, new_v)
 
     def _decode_one(self, q_B1HE, k_B1KE, v_B1KE, mask_B1S, cache_kv, write_B):
         """One new token per row: the sampler's hot loop. Row b sees cache positions
         [0, write_B[b]] (what `mask_B1S` says; unused here) through
-        `decode_attention.decode_attention` (`cfg.decode_attention_impl`)."""
+        `decode_attention.decode_attention` (`cfg.decode_attention_impl`), which takes an int8
+        cache's scales beside it."""
         del mask_B1S
-        k_BKES, v_BKSE = self._write(*cache_kv, k_B1KE, v_B1KE, write_B)
+        new_k, new_v = self._write(*cache_kv, k_B1KE, v_B1KE, write_B)
+        (k_BKES, ks_BKS), (v_BKSE, vs_BKS) = (new_k, new_v) if isinstance(new_k, tuple) \
+            else ((new_k, None), (new_v, None))
         b, _, h, e = q_B1HE.shape
         kh = k_BKES.shape[1]
         q_BKGE = q_B1HE.reshape(b, kh, h // kh, e)
         out_BKGE = decode_attention(q_BKGE, k_BKES, v_BKSE, write_B + 1,
-                                    impl=self.cfg.decode_attention_impl)
-        return self._out(out_BKGE.reshape(b, 1, h, e)), (k_BKES, v_BKSE)
+                                    impl=self.cfg.decode_attention_impl, k_scale_BKS=ks_BKS,
+                                    v_scale_BKS=vs_BKS)
+        return self._out(out_BKGE.reshape(b, 1, h, e)), (new_k, new_v)
 
 
 class MLP(nnx.Module):

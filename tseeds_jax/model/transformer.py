@@ -23,8 +23,10 @@ from flax import nnx
 from tseeds_jax.model import activations
 from tseeds_jax.model.activations import constrain
 from tseeds_jax.model.config import ModelConfig
+from tseeds_jax.model.decode_attention import cache_dtype
 from tseeds_jax.model.layers import (
     CACHE_K_AXES,
+    CACHE_SCALE_AXES,
     CACHE_V_AXES,
     MLP,
     Attention,
@@ -42,27 +44,62 @@ class KVCache:
     batched matmuls over (B, K) with no transpose of the cache: q [B,K,G,E] @ k [B,K,E,S] and
     p [B,K,G,S] @ v [B,K,S,E] (measured 1.8x faster per layer than a [B, S, K, E] cache on
     XLA:CPU, whose batched matmul otherwise re-packs the whole cache every step).
+
+    An 8-bit cache (`cfg.kv_cache_dtype == "int8"`) holds int8 k / v and, per layer, float32
+    scales k_scale / v_scale [B, K, S] (one per slot, kv head and position, over the head dim;
+    `decode_attention.quantize`); they are None for a cache in the compute dtype.
     """
 
     k: tuple[jax.Array, ...]
     v: tuple[jax.Array, ...]
     end_B: jax.Array
+    k_scale: tuple[jax.Array, ...] | None = None
+    v_scale: tuple[jax.Array, ...] | None = None
 
-    # Logical axis names of each layer's k / v array (see `sharding.LOGICAL_RULES`).
+    # Logical axis names of each layer's k / v array and of the scales (see
+    # `sharding.LOGICAL_RULES`): slots over the data axes, kv heads over tensor, like k / v.
     k_axes = CACHE_K_AXES
     v_axes = CACHE_V_AXES
+    scale_axes = CACHE_SCALE_AXES
 
     @classmethod
     def init(cls, cfg: ModelConfig, batch: int, max_len: int, dtype=None) -> KVCache:
-        dtype = jnp.dtype(dtype or cfg.dtype)
+        """An empty cache; `dtype` overrides the compute dtype of an unquantized cache (an int8
+        cache, `cfg.kv_cache_dtype == "int8"`, ignores it)."""
+        quantized = cfg.kv_cache_dtype == "int8"
+        dtype = cache_dtype(cfg.kv_cache_dtype, dtype or cfg.dtype)
         kh, e, n = cfg.num_key_value_heads, cfg.head_size, cfg.num_hidden_layers
+        scales = None
+        if quantized:
+            scales = tuple(jnp.zeros((batch, kh, max_len), jnp.float32) for _ in range(n))
         return cls(k=tuple(jnp.zeros((batch, kh, e, max_len), dtype) for _ in range(n)),
                    v=tuple(jnp.zeros((batch, kh, max_len, e), dtype) for _ in range(n)),
-                   end_B=jnp.zeros((batch,), jnp.int32))
+                   end_B=jnp.zeros((batch,), jnp.int32), k_scale=scales,
+                   v_scale=None if scales is None else tuple(jnp.zeros_like(x) for x in scales))
 
     @property
     def max_len(self) -> int:
         return self.k[0].shape[-1]
+
+    @property
+    def quantized(self) -> bool:
+        return self.k_scale is not None
+
+    def layer(self, i: int):
+        """Layer i's (keys, values) as the attention layer takes them: arrays, or (int8 array,
+        scales) pairs for an int8 cache."""
+        if self.quantized:
+            return (self.k[i], self.k_scale[i]), (self.v[i], self.v_scale[i])
+        return self.k[i], self.v[i]
+
+    @classmethod
+    def from_layers(cls, new_kv, end_B) -> KVCache:
+        """The cache from the layers' (keys, values) as `layer` gives them."""
+        ks, vs = [kv[0] for kv in new_kv], [kv[1] for kv in new_kv]
+        if ks and isinstance(ks[0], tuple):
+            return cls(k=tuple(k for k, _ in ks), v=tuple(v for v, _ in vs), end_B=end_B,
+                       k_scale=tuple(s for _, s in ks), v_scale=tuple(s for _, s in vs))
+        return cls(k=tuple(ks), v=tuple(vs), end_B=end_B)
 
 
 _STACKED_MLP_MIN_ROWS = 256
@@ -187,18 +224,17 @@ class Transformer(nnx.Module):
         # trace cannot read the layer's Params inside the sampler's while loop
         # (TraceContextError), and nothing would be saved there anyway.
         run = _run_layer_remat if cfg.remat and cache is None else _run_layer
-        new_k, new_v = [], []
+        new_kvs = []
         for i, layer in enumerate(self.layers):
-            kv = None if cache is None else (cache.k[i], cache.v[i])
+            kv = None if cache is None else cache.layer(i)
             x_BTD, new_kv = run(layer, x_BTD, rope, mask, kv, write_B)
             if new_kv is not None:
-                new_k.append(new_kv[0])
-                new_v.append(new_kv[1])
+                new_kvs.append(new_kv)
         h_BTD = self.final_norm(x_BTD)
         if cache is None:
             return h_BTD, None
         lengths_B = jnp.full((b,), t, jnp.int32) if lengths_B is None else jnp.asarray(lengths_B)
-        return h_BTD, KVCache(k=tuple(new_k), v=tuple(new_v), end_B=cache.end_B + lengths_B)
+        return h_BTD, KVCache.from_layers(new_kvs, cache.end_B + lengths_B)
 
     def logits(self, hidden_BTD) -> jax.Array:
         """float32 logits [B, T, V]; only for sampling and tests (training uses the fused kernel)."""

@@ -48,6 +48,9 @@ def default_config() -> ml_collections.ConfigDict:
     # The sampler's decode-step attention over the KV cache: "auto" (a ragged Pallas kernel that
     # reads only live cache blocks on TPU, XLA elsewhere) | "xla" (the reference) | "ragged".
     c.model.decode_attention_impl = "auto"
+    # The sampler's KV cache: "auto" (the compute dtype) | "int8" (symmetric int8, one float32
+    # scale per slot, kv head and position: about half the cache bytes of bfloat16).
+    c.model.kv_cache_dtype = "auto"
     c.model.sampler_dtype = "float32"  # the sampler may cast the params pytree (e.g. bfloat16)
 
     c.tokenizer = "char"  # "char" (built-in character vocabulary) | "spm:MODEL" | "hf:DIR"

@@ -150,7 +150,8 @@ def build_model(cfg: TrainConfig, vocab_size: int):
     # The run settings apply whatever the weights' source: the programs `tseeds compile` checks
     # (scale/plan.model_config_for) are built with the same compute dtype, remat and attention.
     run = dict(remat=m["remat"], attention_impl=m.get("attention_impl", "auto"),
-               decode_attention_impl=m.get("decode_attention_impl", "auto"))
+               decode_attention_impl=m.get("decode_attention_impl", "auto"),
+               kv_cache_dtype=m.get("kv_cache_dtype", "auto"))
     if init == "random":
         arch = dict(m["arch"])
         if not arch.get("vocab_size"):

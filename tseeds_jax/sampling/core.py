@@ -65,7 +65,8 @@ def merge(graphdef, params):
 @flax.struct.dataclass
 class Prefix:
     """The result of a prefill for P prompts: their keys [P, K, E, T] and values [P, K, T, E]
-    per layer (the `KVCache` layout) and first token."""
+    per layer (the `KVCache` layout; an int8 cache's scales [P, K, T] beside them, else None)
+    and first token."""
 
     k: tuple[jax.Array, ...]
     v: tuple[jax.Array, ...]
@@ -75,6 +76,8 @@ class Prefix:
     key_P: jax.Array  # uint32 [P, 2] request keys
     budget_P: jax.Array  # int32 max tokens to emit
     error_P: jax.Array  # bool: the request was invalid; the slot finishes with "error"
+    k_scale: tuple[jax.Array, ...] | None = None
+    v_scale: tuple[jax.Array, ...] | None = None
 
 
 @flax.struct.dataclass
@@ -146,7 +149,8 @@ def prefill(graphdef, strategy, params, tokens_PT, length_P, key_P, budget_P, er
                                        step_keys(key_P, jnp.zeros((p,), jnp.int32)))
     return Prefix(k=cache.k, v=cache.v, length_P=length_P.astype(jnp.int32), token_P=token_P,
                   logprob_P=logprob_P, key_P=key_P,
-                  budget_P=budget_P.astype(jnp.int32), error_P=error_P)
+                  budget_P=budget_P.astype(jnp.int32), error_P=error_P,
+                  k_scale=cache.k_scale, v_scale=cache.v_scale)
 
 
 @functools.partial(jax.jit, donate_argnames=("state",))
@@ -164,10 +168,20 @@ def insert(prefix: Prefix, state: DecodeState, slot_P) -> DecodeState:
     def put_v(dst_BKSE, src_PKTE):
         return dst_BKSE.at[slot_P, :, :t].set(src_PKTE.astype(dst_BKSE.dtype), mode="drop")
 
+    def put_s(dst_BKS, src_PKT):
+        return dst_BKS.at[slot_P, :, :t].set(src_PKT.astype(dst_BKS.dtype), mode="drop")
+
     cache = state.cache
+    if (cache.k_scale is None) != (prefix.k_scale is None):
+        raise ValueError(f"insert: a prefill of a {prefix.k[0].dtype} cache into a "
+                         f"{cache.k[0].dtype} decode cache (kv_cache_dtype differs)")
+    scales = {}
+    if cache.k_scale is not None:
+        scales = dict(k_scale=tuple(put_s(d, s) for d, s in zip(cache.k_scale, prefix.k_scale)),
+                      v_scale=tuple(put_s(d, s) for d, s in zip(cache.v_scale, prefix.v_scale)))
     cache = KVCache(k=tuple(put_k(d, s) for d, s in zip(cache.k, prefix.k)),
                     v=tuple(put_v(d, s) for d, s in zip(cache.v, prefix.v)),
-                    end_B=put(cache.end_B, prefix.length_P))
+                    end_B=put(cache.end_B, prefix.length_P), **scales)
     p = slot_P.shape[0]
     return DecodeState(
         cache=cache, token_B=put(state.token_B, prefix.token_P),

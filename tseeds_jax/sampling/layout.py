@@ -40,12 +40,23 @@ from tseeds_jax.model.rules import MESH_AXES
 MEMORY_SHARE = 0.85
 
 
+def kv_bytes_per_token(cfg) -> int:
+    """Bytes of one cached position over all layers and KV heads: keys + values in the cache's
+    dtype (`cfg.kv_cache_dtype`: the compute dtype, or int8) plus an int8 cache's two float32
+    scales per head."""
+    from tseeds_jax.model.decode_attention import KV_SCALE_BYTES, cache_dtype
+
+    item = cache_dtype(cfg.kv_cache_dtype, cfg.dtype).itemsize
+    scales = KV_SCALE_BYTES if cfg.kv_cache_dtype == "int8" else 0
+    return 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * (cfg.head_size * item + scales)
+
+
 @dataclasses.dataclass(frozen=True)
 class DecodeModel:
     """The numbers of a model that the layout choice needs (bytes in the sampler's dtypes)."""
 
     weight_bytes: int  # all parameters, sampler dtype
-    kv_bytes_per_token: int  # keys + values of one position, all layers, all KV heads
+    kv_bytes_per_token: int  # keys + values (+ int8 scales) of one position, all layers, heads
     hidden: int
     layers: int
     kv_heads: int
@@ -59,10 +70,8 @@ class DecodeModel:
 
         n_params = sum(math.prod(x.shape) for x in jax.tree.leaves(
             jax.eval_shape(lambda: shd.abstract_model(cfg))))
-        cache = jnp.dtype(cfg.dtype).itemsize
         return cls(weight_bytes=n_params * jnp.dtype(sampler_dtype).itemsize,
-                   kv_bytes_per_token=2 * cfg.num_hidden_layers * cfg.num_key_value_heads
-                   * cfg.head_size * cache,
+                   kv_bytes_per_token=kv_bytes_per_token(cfg),
                    hidden=cfg.hidden_size, layers=cfg.num_hidden_layers,
                    kv_heads=cfg.num_key_value_heads, heads=cfg.num_attention_heads,
                    act_bytes=jnp.dtype(cfg.dtype).itemsize)

@@ -21,9 +21,10 @@ Conventions (per device of a partitioned program):
 - Decode cache bytes: the ragged decode attention kernel (`model.decode_attention`, a
   `tpu_custom_call` named `ragged_decode_attention`) is counted in bytes accessed, like any
   custom call, with all its operands: the whole KV cache. It reads only the live blocks, a
-  runtime quantity, so the bytes of its key and value operands are also summed on their own in
-  `decode_cache_bytes` (loop trips included): a step that reads a live fraction f of the cache
-  accesses bytes_accessed - (1 - f) x decode_cache_bytes.
+  runtime quantity, so the bytes of its key and value operands (and an int8 cache's scale
+  operands) are also summed on their own in `decode_cache_bytes` (loop trips included): a step
+  that reads a live fraction f of the cache accesses bytes_accessed - (1 - f) x
+  decode_cache_bytes.
 - Bytes accessed: for each instruction outside fusions, its operands and result, except where
   nothing moves (parameter, constant, tuple, get-tuple-element, bitcast, loop / call wrappers,
   buffer allocation). A fusion operand read only through (dynamic-)slices counts the slices; a
@@ -300,15 +301,17 @@ class _Counter:
         return 4.0 * math.prod(q[:-1]) * k[-2] * q[-1]
 
     def decode_cache_bytes(self, comp: Computation, ins: Instr) -> float:
-        """Bytes of the K and V operands of one decode attention kernel call (its floating
-        operands after q); 0 for any other Pallas call."""
+        """Bytes of the cache operands of one decode attention kernel call: its array operands
+        after q (the int32 lengths and live-block counts come first): K and V, and an int8
+        cache's K and V scales; 0 for any other Pallas call."""
         op_name = (re.search(r'op_name="([^"]*)"', ins.attrs) or [None, ""])[1]
         if not (re.match(rf"{DECODE_KERNEL}(\.\d+)?$", ins.name)
                 or f"/{DECODE_KERNEL}/" in op_name):
             return 0.0
-        floats = [nbytes(self.shape(comp, x)) for x in ins.operands
-                  if (shapes_of(self.shape(comp, x)) or [("", ())])[0][0] in ("bf16", "f32", "f16")]
-        return float(sum(floats[1:3]))
+        arrays = [nbytes(self.shape(comp, x)) for x in ins.operands
+                  if (shapes_of(self.shape(comp, x)) or [("", ())])[0][0]
+                  in ("bf16", "f32", "f16", "s8")]
+        return float(sum(arrays[1:5]))
 
     def collective(self, comp: Computation, ins: Instr, mult: float) -> None:
         op = ins.opcode

@@ -549,7 +549,8 @@ def model_config_for(cfg, *, read_hf: bool = True):
     mdict = cfg.model
     run = dict(param_dtype=mdict["param_dtype"], dtype=mdict["dtype"], remat=mdict["remat"],
                attention_impl=mdict.get("attention_impl", "auto"),
-               decode_attention_impl=mdict.get("decode_attention_impl", "auto"))
+               decode_attention_impl=mdict.get("decode_attention_impl", "auto"),
+               kv_cache_dtype=mdict.get("kv_cache_dtype", "auto"))
     init = mdict["init"]
     if read_hf and isinstance(init, str) and init.startswith("hf:"):
         path = os.path.join(init[3:], "config.json")

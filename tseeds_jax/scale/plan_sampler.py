@@ -75,8 +75,8 @@ def decode_choice(w, lay, dtype_bytes, hbm_bytes=None):
     m = w.model
     dm = layout.DecodeModel(
         weight_bytes=int(lay.total * dtype_bytes[w.sampler_dtype]),
-        kv_bytes_per_token=2 * m.num_hidden_layers * m.num_key_value_heads * m.head_size
-        * dtype_bytes[m.dtype], hidden=m.hidden_size, layers=m.num_hidden_layers,
+        kv_bytes_per_token=layout.kv_bytes_per_token(m), hidden=m.hidden_size,
+        layers=m.num_hidden_layers,
         kv_heads=m.num_key_value_heads, heads=m.num_attention_heads,
         act_bytes=dtype_bytes[m.dtype])
     from tseeds_jax.scale.hardware import _TABLE, chip
@@ -116,7 +116,7 @@ def _decode_memory(w, lay, dtype_bytes, hbm_bytes) -> SamplerMemory:
     d, f = m.hidden_size, m.intermediate_size
     q_rows = _score_rows(w, t_pre)
     prefill = (rows * h_dev * q_rows * t_pre * (4 + 4 + a)
-               + rows * t_pre * m.num_hidden_layers * 2 * k_dev * m.head_size * a
+               + rows * t_pre * dm.kv_bytes_per_token // t
                + rows * t_pre * (4 * d + 3 * f // t) * a)
     n_out = max(16, pow2_at_least(w.response_len))
     decode = slots_rep * (3 * m.vocab_size // t * 4 + h_dev * s * 8) + slots_rep * 2 * 4 * n_out
@@ -124,8 +124,20 @@ def _decode_memory(w, lay, dtype_bytes, hbm_bytes) -> SamplerMemory:
         int(copy + held), f"decode layout: {reps} replicas x tensor {t}, the weights' "
         f"{w.sampler_dtype} copy split over tensor" + (" + the learner-layout cast" if held else ""),
         int(copy), int(kv), f"{slots_rep} slots x S={s} x {m.num_hidden_layers} layers x 2 x "
-        f"{k_dev} kv heads x E={m.head_size}", 0, int(prefill),
+        f"{k_dev} kv heads x E={m.head_size}{_kv_note(m)}", 0, int(prefill),
         f"{rows} rows x {t_pre} tokens per device, {_scores_note(w, t_pre)}", int(decode))
+
+
+def _kv_note(m) -> str:
+    return " int8 + float32 scales" if m.kv_cache_dtype == "int8" else ""
+
+
+def _kv_element_bytes(m, a: int) -> tuple[int, int]:
+    """(bytes per cached key / value element, scale bytes per position and head) of the cache
+    `m.kv_cache_dtype` asks for (`a`: the compute dtype's bytes)."""
+    from tseeds_jax.model.decode_attention import KV_SCALE_BYTES
+
+    return (1, KV_SCALE_BYTES) if m.kv_cache_dtype == "int8" else (a, 0)
 
 
 def _score_rows(w, t: int) -> int:
@@ -181,13 +193,15 @@ def sampler_memory(w, lay, dtype_bytes, hbm_bytes=None) -> SamplerMemory:
             "cache_head_dim": m.head_size}
     kv_sizes = sizes if sharded else {"data": 1, "fsdp": 1, "tensor": 1}
     kv = 0
-    for axes in (KVCache.k_axes, KVCache.v_axes):
+    ci, sc = _kv_element_bytes(m, a)
+    for axes, item in ((KVCache.k_axes, ci), (KVCache.v_axes, ci), (KVCache.scale_axes, sc),
+                       (KVCache.scale_axes, sc)):
         shape = tuple(dims[x] for x in axes)
-        kv += math.prod(shape) // _shard_factor(shape, axes, kv_sizes) * m.num_hidden_layers * a
+        kv += math.prod(shape) // _shard_factor(shape, axes, kv_sizes) * m.num_hidden_layers * item
     slots_dev = slots // shards
     k_dev = m.num_key_value_heads // (_split(kv_sizes, "cache_kv_heads", m.num_key_value_heads))
     kv_note = (f"{slots_dev} slots x S={s} x {m.num_hidden_layers} layers x 2 x {k_dev} kv heads "
-               f"x E={m.head_size}")
+               f"x E={m.head_size}{_kv_note(m)}")
     h_dev = m.num_attention_heads // _split(kv_sizes, "activation_heads", m.num_attention_heads)
     gathered = int(lay.layer_per_tensor * sb) if sharded and sizes["fsdp"] > 1 else 0
 
@@ -197,7 +211,7 @@ def sampler_memory(w, lay, dtype_bytes, hbm_bytes=None) -> SamplerMemory:
     d, f = m.hidden_size, m.intermediate_size
     q_rows = _score_rows(w, t_pre)  # 0 with a flash kernel (splash on TPU): no [t, t] buffer
     prefill = (rows * h_dev * q_rows * t_pre * (4 + 4 + a)  # scores, softmax (f32), probs
-               + rows * t_pre * m.num_hidden_layers * 2 * k_dev * m.head_size * a  # its own KV
+               + rows * t_pre * m.num_hidden_layers * 2 * k_dev * (m.head_size * ci + sc)  # own KV
                + rows * t_pre * (4 * d + 3 * f) * a)
     n_out = max(16, pow2_at_least(w.response_len))
     # The logits stay split over tensor along the vocabulary (sampling/vocab_parallel.py; a
