@@ -172,6 +172,35 @@ def test_config_field_reaches_the_model_and_the_planner():
         build_model(TrainConfig.from_config(cd), vocab_size=64)
 
 
+def test_chunk_into_a_filled_int8_cache_equals_token_by_token():
+    """`layers._prefill` (T > 1 new tokens into a filled cache: its own einsums with the scales
+    folded in) gives the logits and cache of T single-token decode steps (`decode_attention`,
+    XLA path, checked against float64 above): each position is quantized on its own, so both
+    read the same int8 values."""
+    cfg = ModelConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                      num_attention_heads=4, num_key_value_heads=2, kv_cache_dtype="int8",
+                      decode_attention_impl="xla")
+    model = init_model(cfg, seed=2)
+    decode = jax.jit(lambda t, c, n: model.decode(t, c, lengths_B=n))
+    rng = np.random.default_rng(1)
+    prompt = jnp.asarray(rng.integers(0, 64, (2, 3)), jnp.int32)
+    chunk = jnp.asarray(rng.integers(0, 64, (2, 3)), jnp.int32)
+    full, one = jnp.asarray([3, 3]), jnp.asarray([1, 1])
+    _, filled = decode(prompt, KVCache.init(cfg, 2, 16), jnp.asarray([3, 2]))
+    chunk_logits, by_chunk = decode(chunk, filled, full)
+    steps, cache = [], filled
+    for t in range(3):
+        logits, cache = decode(chunk[:, t:t + 1], cache, one)
+        steps.append(logits[:, 0])
+    np.testing.assert_allclose(np.asarray(chunk_logits), np.stack(steps, 1), rtol=1e-5,
+                               atol=1e-5)
+    assert by_chunk.quantized and (np.asarray(by_chunk.end_B) == [6, 5]).all()
+    for a, b in zip(jax.tree.leaves(by_chunk), jax.tree.leaves(cache), strict=True):
+        assert a.dtype == b.dtype
+        np.testing.assert_allclose(np.asarray(a, np.float64), np.asarray(b, np.float64),
+                                   rtol=1e-6, atol=1e-6 if a.dtype != jnp.int8 else 1)
+
+
 # ---------------------------------------------------------------- a tiny model's greedy decode
 
 CFG = ModelConfig(vocab_size=64, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
@@ -293,7 +322,7 @@ def test_greedy_int8_logprob_gap_within_the_bound_from_quantization_error():
 S_TPU = 768
 
 
-def _tpu_int8_decode_step_hlo():
+def _tpu_decode_step_hlo(kv_cache_dtype):
     from tseeds_jax.model import sharding as shd
     from tseeds_jax.model.rules import logical_to_pspec
     from tseeds_jax.sampling import core
@@ -303,7 +332,7 @@ def _tpu_int8_decode_step_hlo():
     cfg = ModelConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, head_dim=128,
                       param_dtype="bfloat16", dtype="bfloat16", decode_attention_impl="ragged",
-                      kv_cache_dtype="int8")
+                      kv_cache_dtype=kv_cache_dtype)
     mesh = shd.make_mesh({"data": 2, "fsdp": 1, "tensor": 2},
                          devices=topology.devices_for("v5p:2x2x1"))
     graphdef, abstract = nnx.split(shd.abstract_model(cfg))
@@ -319,34 +348,43 @@ def _tpu_int8_decode_step_hlo():
     from tseeds_jax.sampling.placement import Placement
 
     sh = Placement(mesh).state_shardings(st)
-    assert sh.cache.k_scale[0].spec == P(("data", "fsdp"), "tensor") or \
-        sh.cache.k_scale[0].spec == P("data", "tensor")
     cache = st.cache
+    scales = {}
+    if cache.quantized:
+        assert sh.cache.k_scale[0].spec == P("data", "tensor") == sh.cache.v_scale[1].spec
+        scales = dict(k_scale=tuple(put(x, cache.scale_axes) for x in cache.k_scale),
+                      v_scale=tuple(put(x, cache.scale_axes) for x in cache.v_scale))
     st = jax.tree.map(lambda x: put(x, ("cache_batch",) + (None,) * (x.ndim - 1)), st)
     st = st.replace(cache=st.cache.replace(
         k=tuple(put(x, cache.k_axes) for x in cache.k),
-        v=tuple(put(x, cache.v_axes) for x in cache.v),
-        k_scale=tuple(put(x, cache.scale_axes) for x in cache.k_scale),
-        v_scale=tuple(put(x, cache.scale_axes) for x in cache.v_scale)))
+        v=tuple(put(x, cache.v_axes) for x in cache.v), **scales))
     lowered = core.step.lower(core.ModelDef(graphdef), make_strategy(0.0, 0, 1.0), (0,), params,
                               st)
     return lowered.compile().as_text()
 
 
-@pytest.mark.slow  # one TPU compile of a 2-layer decode step (~3 s)
+@pytest.mark.slow  # two TPU compiles of a 2-layer decode step (~6 s)
 def test_int8_cache_compiles_for_v5p_with_the_ragged_kernel():
     from tseeds_jax.scale import topology
     from tseeds_jax.scale.hlo_cost import hlo_cost
 
     reason = topology.libtpu_available()
     assert reason is None, f"libtpu unavailable: {reason}"  # a pinned test package: never skip
-    hlo = _tpu_int8_decode_step_hlo()
+    hlo = _tpu_decode_step_hlo("int8")
     calls = re.findall(r"custom-call\([^\n]*tpu_custom_call[^\n]*", hlo)
     assert len(calls) >= 2 and DA.KERNEL_NAME in hlo
     # the kernel's operands: per device 8 of 16 slots (data 2), 1 of 2 kv heads (tensor 2),
     # int8 keys / values of S x E and float32 scales of S, in each of the 2 layers
     assert re.search(rf"s8\[8,1,128,{S_TPU}\]", hlo) and re.search(rf"f32\[8,1,{S_TPU}\]", hlo)
-    assert hlo_cost(hlo).decode_cache_bytes == 2 * (2 * 8 * S_TPU * 128 + 2 * 8 * S_TPU * 4)
+    cost = hlo_cost(hlo)
+    assert cost.decode_cache_bytes == 2 * (2 * 8 * S_TPU * 128 + 2 * 8 * S_TPU * 4)
+    # the step's bytes fall by what the cache loses: 16-bit K/V (2 layers x 2 x 8 x S x 128 x 2
+    # bytes) against int8 + scales; nothing else grows (the int8 cache writes are counted as
+    # the slices they touch: `hlo_cost.relayout`)
+    auto = hlo_cost(_tpu_decode_step_hlo("auto"))
+    assert auto.decode_cache_bytes == 2 * 2 * 8 * S_TPU * 128 * 2
+    saved = auto.decode_cache_bytes - cost.decode_cache_bytes
+    assert abs((auto.bytes_accessed - cost.bytes_accessed) - saved) < 0.05 * saved
     # no float32 scores over the whole cache ([slots, heads, G, S]) and no 16-bit copy of it
     assert not re.findall(rf"f32\[8,1,2,{S_TPU}\]", hlo)
     assert not re.findall(rf"bf16\[8,1,(128,{S_TPU}|{S_TPU},128)\]", hlo)

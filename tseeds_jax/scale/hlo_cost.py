@@ -402,11 +402,24 @@ class _Counter:
                 got += hbm_nbytes(u.type)
             elif u.opcode == "dynamic-update-slice" and k == 0:
                 continue
-            elif u.opcode == "bitcast":
+            elif u.opcode == "bitcast" or self.relayout(u):
                 got += self.param_read(fused, u.name, users, full, depth + 1)
             else:
                 return full
         return min(got, full)
+
+    def relayout(self, ins: Instr) -> bool:
+        """A nested fusion that only copies its one operand into another tiling (the TPU
+        compiler wraps an int8 cache's (32, 128)-tiled array this way before slicing one slot's
+        column out of it): elementwise, so it reads what its users read, not the whole array
+        (the compiler's own cycle estimate of such a fusion equals the 16-bit one's, which has
+        no wrapper)."""
+        if ins.opcode != "fusion" or len(ins.operands) != 1:
+            return False
+        sub = self.comps.get(attr(ins.attrs, "calls") or "")
+        return (sub is not None and len(sub.instrs) == 2 and sub.root.opcode == "copy"
+                and sub.root.operands and sub.by_name.get(sub.root.operands[0]) is not None
+                and sub.by_name[sub.root.operands[0]].opcode == "parameter")
 
     def walk(self, comp: Computation, mult: float, fused: bool, seen: tuple = ()) -> None:
         if comp.name in seen:
