@@ -154,16 +154,27 @@ def test_config_field_cache_layout_and_bad_value():
     assert kv_bytes_per_token(cfg.replace(kv_cache_dtype="auto")) == 2 * 2 * 2 * 16 * 2
 
 
-def test_config_field_reaches_the_model_and_the_planner():
+@pytest.mark.parametrize("source", ["random", "hf", "orbax"])
+def test_config_field_reaches_the_model_and_the_planner(source, tmp_path):
+    """`config.model.kv_cache_dtype` reaches the trainer's model whatever the weights' source,
+    and `scale/plan.model_config_for` (what `tseeds compile` builds)."""
+    from tseeds_jax.hf import hf_to_orbax
+    from tseeds_jax.hf.testing import write_random_hf_folder
     from tseeds_jax.rl.config import TrainConfig, default_config
     from tseeds_jax.rl.setup import build_model
     from tseeds_jax.scale.plan import model_config_for
 
+    arch = dict(model_type="qwen2", vocab_size=64, hidden_size=16, intermediate_size=32,
+                num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
     cd = default_config()
     assert cd.model.kv_cache_dtype == "auto"
-    cd.model.arch.update(dict(model_type="qwen2", vocab_size=64, hidden_size=16,
-                              intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
-                              num_key_value_heads=1))
+    cd.model.arch.update(arch)
+    if source != "random":
+        write_random_hf_folder(ModelConfig(**arch), tmp_path / "hf", seed=0)
+        cd.model.init = f"hf:{tmp_path / 'hf'}"
+    if source == "orbax":
+        hf_to_orbax(tmp_path / "hf", tmp_path / "ckpt")
+        cd.model.init = f"orbax:{tmp_path / 'ckpt'}"
     cd.model.kv_cache_dtype = "int8"
     assert build_model(TrainConfig.from_config(cd), vocab_size=64).cfg.kv_cache_dtype == "int8"
     assert model_config_for(cd).kv_cache_dtype == "int8"
