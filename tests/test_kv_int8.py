@@ -333,7 +333,7 @@ def test_greedy_int8_logprob_gap_within_the_bound_from_quantization_error():
 S_TPU = 768
 
 
-def _tpu_decode_step_hlo(kv_cache_dtype):
+def _tpu_decode_step_hlo(kv_cache_dtype, impl="ragged"):
     from tseeds_jax.model import sharding as shd
     from tseeds_jax.model.rules import logical_to_pspec
     from tseeds_jax.sampling import core
@@ -342,7 +342,7 @@ def _tpu_decode_step_hlo(kv_cache_dtype):
 
     cfg = ModelConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, head_dim=128,
-                      param_dtype="bfloat16", dtype="bfloat16", decode_attention_impl="ragged",
+                      param_dtype="bfloat16", dtype="bfloat16", decode_attention_impl=impl,
                       kv_cache_dtype=kv_cache_dtype)
     mesh = shd.make_mesh({"data": 2, "fsdp": 1, "tensor": 2},
                          devices=topology.devices_for("v5p:2x2x1"))
@@ -399,3 +399,22 @@ def test_int8_cache_compiles_for_v5p_with_the_ragged_kernel():
     # no float32 scores over the whole cache ([slots, heads, G, S]) and no 16-bit copy of it
     assert not re.findall(rf"f32\[8,1,2,{S_TPU}\]", hlo)
     assert not re.findall(rf"bf16\[8,1,(128,{S_TPU}|{S_TPU},128)\]", hlo)
+
+
+@pytest.mark.slow  # two TPU compiles of a 2-layer decode step (~5 s)
+def test_int8_xla_path_folds_the_scales_without_a_dequantized_cache():
+    """The XLA decode step over an int8 cache on v5p: no 16-bit or float32 array of the cache's
+    shape ([8, 1, 128, S] keys / [8, 1, S, 128] values per device) is materialised outside a
+    fusion: the int8 values are converted inside the products' fusions and the scales multiply
+    the scores and probabilities."""
+    from tseeds_jax.scale.hlo_cost import parse_module
+
+    hlo = _tpu_decode_step_hlo("int8", impl="xla")
+    entry = next(c for c in parse_module(hlo).values() if c.entry)
+    shapes = rf"(bf16|f32)\[8,1,(128,{S_TPU}|{S_TPU},128)\]"
+    assert not [i.name for i in entry.instrs if re.search(shapes, i.type)]
+    assert re.search(rf"s8\[8,1,128,{S_TPU}\]", hlo)
+    # the check bites: the bfloat16 cache's step holds such arrays (its cache itself)
+    auto = next(c for c in parse_module(_tpu_decode_step_hlo("auto", impl="xla")).values()
+                if c.entry)
+    assert [i.name for i in auto.instrs if re.search(shapes, i.type)]
