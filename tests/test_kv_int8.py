@@ -13,8 +13,12 @@ What is checked, each against an independent reference:
   |delta log-prob_t| <= sum over cached keys / values e of |d log-prob_t / d x_e| * absmax_e / 254,
   with the derivative taken through the learner's own forward (float64-free, float32, where the
   keys and values that decode queries read are perturbed), times 2 for second-order terms;
+* T > 1 new tokens into a filled int8 cache (`layers._prefill`) equal T single decode steps;
+* the config field reaches the model from random / hf / orbax weights and the planner;
 * the int8 cache compiles for v5p (compile-only devices) with the ragged kernel, reading int8
-  blocks and float32 scale blocks, and `hlo_cost.decode_cache_bytes` counts the scale operands.
+  blocks and float32 scale blocks; `hlo_cost.decode_cache_bytes` counts the scale operands, and
+  the step's bytes fall by the cache bytes saved against a bfloat16 cache; the XLA path holds
+  no dequantized copy of the cache.
 """
 
 import re
