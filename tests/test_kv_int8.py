@@ -292,7 +292,7 @@ def _gap_bound(model, tokens, prompt_len):
     return lp, bound
 
 
-@pytest.mark.slow  # two greedy generations and two jitted jacobians (~15 s on 2 cores)
+@pytest.mark.slow  # three greedy generations and a jitted jacobian (~20 s on 2 cores)
 def test_greedy_int8_logprob_gap_within_the_bound_from_quantization_error():
     """Greedy decode of a tiny model with an int8 cache vs the learner's float32 forward: every
     generated token's |sampler - learner| log-prob gap is within twice its first-order bound
@@ -330,6 +330,22 @@ def test_greedy_int8_logprob_gap_within_the_bound_from_quantization_error():
     # ... by less than its bound: measured mean gap ~0.01 nat against bounds of 0.2-0.7 (the
     # bound adds |derivative| x error over every element; the errors' signs partly cancel)
     assert b[0] == 0 and g8[0] < 1e-5
+    # The same int8 decode on the decode layout (4 replicas x tensor 2 over the 8 CPU devices):
+    # the cache and its scales split by `Placement` (slots over replicas, kv heads over tensor),
+    # the same tokens and log-probs.
+    from tseeds_jax.sampling import layout, placement
+
+    mesh = layout.decode_mesh(jax.devices(), 2)
+    graphdef, params = nnx.split(_model("int8"))
+    got = generate((graphdef, layout.reshard(params, mesh)), PROMPTS, max_new_tokens=NEW,
+                   temperature=0, num_slots=4)
+    for a, r in zip(res["int8"], got, strict=True):
+        assert r.tokens == a.tokens
+        np.testing.assert_allclose(r.logprobs, a.logprobs, rtol=0, atol=1e-5)
+    st, _, _ = placement.Placement(mesh).init_buffers(CFG.replace(kv_cache_dtype="int8"), 4, 64,
+                                                      16)
+    assert st.cache.k_scale[0].sharding.spec == P("data", "tensor")
+    assert tuple(st.cache.v_scale[1].sharding.spec) == tuple(st.cache.k[0].sharding.spec)[:2]
 
 
 # ---------------------------------------------------------------- compile-only TPU (v5p)
