@@ -18,16 +18,17 @@ is the model's `KVCache`: keys transposed [B, K, E, S], values [B, K, S, E]. Imp
 Output: [B, K, G, E] in q's dtype. A slot whose length is 0 gets zeros (both implementations);
 lengths above S mean S (the cache write clamps its offset the same way).
 
-An 8-bit cache (`ModelConfig.kv_cache_dtype = "int8"`, `quantize`): keys and values are int8
-with one float32 scale per (slot, kv head, position) over the head dim, `k_scale_BKS` /
-`v_scale_BKS` [B, K, S]. Both implementations fold the scales into the products instead of
-dequantizing the cache: scores = (q . k_int8) * k_scale, and the probabilities are multiplied by
-v_scale before the value product (sum_s p_s v_scale_s v_int8_s = sum_s p_s v_s). The int8 values
-are converted to q's dtype for the matmuls (exact: |x| <= 127 fits a bfloat16 mantissa); the
-kernel does that per block in VMEM. Why float32 scales and not bfloat16: a bfloat16 scale is
-rounded by up to 2^-9 relative, so x / scale may exceed 127 and clip, and the per-element error
-bound absmax / 254 no longer holds; float32 keeps it (up to float32 rounding) for 4 bytes per
-position and head, 3% of a 128-wide int8 key (1.5% more than bfloat16 would cost).
+An 8-bit cache (`ModelConfig.kv_cache_dtype = "int8"`, `quantize`): keys and values are int8 with
+one float32 scale per (slot, kv head, position) over the head dim, `k_scale_BKS` / `v_scale_BKS`
+[B, K, S]. Both implementations fold the scales into the products instead of dequantizing the
+cache: scores = (q . k_int8) * k_scale, and the probabilities are multiplied by v_scale before the
+value product (sum_s p_s v_scale_s v_int8_s = sum_s p_s v_s). The int8 values are converted to q's
+dtype for the matmuls (exact: |x| <= 127 fits a bfloat16 mantissa); the kernel does that per block
+in VMEM (checked to compile through Mosaic for v5p, v5e and v6e). Why float32 scales and not
+bfloat16: a bfloat16 scale is rounded by up to 2^-9 relative, so x / scale may exceed 127 and clip,
+and the per-element error bound absmax / 254 no longer holds; float32 keeps it (up to float32
+rounding) for 4 bytes per position and head, 3% of a 128-wide int8 key (1.5% more than bfloat16
+would cost).
 
 Why our own kernel and not one from `jax.experimental.pallas.ops.tpu` (checked in jax 0.10.2):
 `paged_attention` wants pages [K, pages, page, E] with E minor for both keys and values, and
@@ -279,7 +280,7 @@ def _kernel(len_ref, live_ref, q_ref, k_ref, v_ref, *refs, block_b: int, block_s
                     q_GE = q_ref[r, h]
                     k_ES = k_ref[r, h]
                     if quantized:
-                        k_ES = k_ES.astype(jnp.float32).astype(q_GE.dtype)
+                        k_ES = k_ES.astype(q_GE.dtype)
                     s_GS = jax.lax.dot_general(q_GE, k_ES, (((1,), (0,)), ((), ())),
                                                precision=_precision(q_GE.dtype),
                                                preferred_element_type=jnp.float32)
@@ -295,7 +296,7 @@ def _kernel(len_ref, live_ref, q_ref, k_ref, v_ref, *refs, block_b: int, block_s
                     v_SE = v_ref[r, h]
                     pw_GS = p_GS
                     if quantized:
-                        v_SE = v_SE.astype(jnp.float32).astype(q_GE.dtype)
+                        v_SE = v_SE.astype(q_GE.dtype)
                         pw_GS = p_GS * vs_ref[r, pl.ds(h, 1), :]
                     pv_GE = jax.lax.dot_general(pw_GS.astype(v_SE.dtype), v_SE,
                                                 (((1,), (0,)), ((), ())),
@@ -325,7 +326,7 @@ def _ragged_local(q_BKGE, k_BKES, v_BKSE, length_B, *scales, block_b, block_s, i
     s = k_BKES.shape[3]
     quantized = bool(scales)
     auto_bb, auto_bs = block_sizes(b, kh, e, s, jnp.dtype(k_BKES.dtype).itemsize,
-                                   2 * 4 if quantized else 0)
+                                   2 * KV_SCALE_BYTES if quantized else 0)
     bb = auto_bb if block_b is None else block_b
     bs = auto_bs if block_s is None else block_s
     if b % bb or s % bs or (bs != s and bs % LANES):
