@@ -4,8 +4,9 @@ Trains a character tokenizer, warm-starts a tiny decoder on worked chain-sum sol
 policy that is right sometimes but not always), then trains on-policy DAPO and Thinking Seeds
 (ratio truncation; the adaptive mixture and mixture_spread selectors; with --methods also the
 first adaptive rule, entropy truncation and the mini-batched DAPO baseline) from that base for
-5 training seeds (--seeds), on the default or the hard task (--task), evaluates everything
-on held-out problems (avg@n, pass@k, relay inference) and writes DIR/report.md with plots.
+3 training seeds (--seeds N; 5 take ~29 min on an idle 2-core machine), on the default or the
+hard task (--task), evaluates everything on held-out problems (avg@n, pass@k, relay inference)
+and writes DIR/report.md with plots.
 No downloads; everything runs on CPU in one process.
 """
 

@@ -81,10 +81,11 @@ class DemoConfig:
     group_size: int = 8
     lr: float = 1e-2
     train_layers: str = "head"
-    seeds: tuple[int, ...] = (0, 1, 2, 3, 4)
-    # Four methods x 5 seeds keep the default within 20 minutes on an idle 2-core machine (an
-    # estimate from CPU time, docs/demo_results.md "Timing"); the first adaptive rule, the
-    # entropy rule and the mini-batched baseline run on request (`--methods`).
+    seeds: tuple[int, ...] = (0, 1, 2)
+    # Four methods x 3 seeds keep the default within 20 minutes on an idle 2-core machine (~19
+    # min from per-run times measured idle; 5 seeds, `--seeds 5`, ~29 min: docs/demo_results.md
+    # "Timing"); the first adaptive rule, the entropy rule and the mini-batched baseline run on
+    # request (`--methods`).
     methods: tuple[str, ...] = ("dapo", "ts_ratio", "ts_mixture", "ts_mixture_spread")
     # The mini-batched baseline (4 updates per batch) gets every seed too: it is the fair
     # on-policy comparison for the seeded runs (report: "Against the fair on-policy baseline").
