@@ -19,7 +19,7 @@ _DTYPES = ("float32", "bfloat16", "float16")
 ATTENTION_IMPLS = ("auto", "xla", "chunked", "splash", "cudnn")
 # Kept equal to `tseeds_jax.model.decode_attention.IMPLS` (tests/test_decode_attention.py checks).
 DECODE_ATTENTION_IMPLS = ("auto", "xla", "ragged")
-# Kept equal to `tseeds_jax.model.kv_quant.KV_CACHE_DTYPES` (tests/test_kv_int8.py checks).
+# Kept equal to `tseeds_jax.model.decode_attention.KV_CACHE_DTYPES` (tests/test_kv_int8.py checks).
 KV_CACHE_DTYPES = ("auto", "int8")
 
 
@@ -71,7 +71,7 @@ class ModelConfig:
     # `tseeds_jax.model.decode_attention`.
     decode_attention_impl: str = "auto"
     # The sampler's KV cache: "auto" (the compute dtype `dtype`) | "int8" (symmetric int8 with a
-    # float32 scale per slot, kv head and position; see `tseeds_jax.model.kv_quant`).
+    # float32 scale per slot, kv head and position; see `tseeds_jax.model.decode_attention`).
     kv_cache_dtype: str = "auto"
 
     def __post_init__(self):

@@ -111,6 +111,12 @@ def _project(x_BTD, w_DHE):
     return (x_BTD.reshape(b * t, d) @ w_DHE.reshape(d, h * e)).reshape(b, t, h, e)
 
 
+def _with_scales(kv):
+    """(array, scales or None) of a layer's keys or values as `Attention._write` returns them:
+    an (int8, scales) pair for an int8 cache, the array alone otherwise."""
+    return kv if isinstance(kv, tuple) else (kv, None)
+
+
 class Attention(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         d, h, k, e = cfg.hidden_size, cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_size
@@ -181,8 +187,9 @@ class Attention(nnx.Module):
         (int8 array, float32 scales [B, K, S]) pairs: the new rows are quantized over the head
         dim here (`decode_attention.quantize`) and returned as pairs too."""
         put_k = jax.vmap(lambda c, x, i: jax.lax.dynamic_update_slice_in_dim(c, x, i, axis=2))
-        put_v = jax.vmap(lambda c, x, i: jax.lax.dynamic_update_slice_in_dim(c, x, i, axis=1))
-        put_s = jax.vmap(lambda c, x, i: jax.lax.dynamic_update_slice_in_dim(c, x, i, axis=1))
+        # values [K, S, E] and scales [K, S] per row: both written along axis 1
+        put_v = put_s = jax.vmap(
+            lambda c, x, i: jax.lax.dynamic_update_slice_in_dim(c, x, i, axis=1))
         if isinstance(ck, tuple):
             (ck_BKES, cks_BKS), (cv_BKSE, cvs_BKS) = ck, cv
             kq_BTKE, ks_BTK = quantize(k_BTKE, axis=3)
@@ -204,8 +211,7 @@ class Attention(nnx.Module):
         cache's scales are folded into the scores and the probabilities (no dequantized copy of
         the cache)."""
         new_k, new_v = self._write(*cache_kv, k_BTKE, v_BTKE, write_B)
-        (k_BKES, ks_BKS), (v_BKSE, vs_BKS) = (new_k, new_v) if isinstance(new_k, tuple) \
-            else ((new_k, None), (new_v, None))
+        (k_BKES, ks_BKS), (v_BKSE, vs_BKS) = _with_scales(new_k), _with_scales(new_v)
         b, t, h, e = q_BTHE.shape
         kh = k_BKES.shape[1]
         dt = q_BTHE.dtype
@@ -228,8 +234,7 @@ class Attention(nnx.Module):
         cache's scales beside it."""
         del mask_B1S
         new_k, new_v = self._write(*cache_kv, k_B1KE, v_B1KE, write_B)
-        (k_BKES, ks_BKS), (v_BKSE, vs_BKS) = (new_k, new_v) if isinstance(new_k, tuple) \
-            else ((new_k, None), (new_v, None))
+        (k_BKES, ks_BKS), (v_BKSE, vs_BKS) = _with_scales(new_k), _with_scales(new_v)
         b, _, h, e = q_B1HE.shape
         kh = k_BKES.shape[1]
         q_BKGE = q_B1HE.reshape(b, kh, h // kh, e)

@@ -93,6 +93,18 @@ class KVCache:
         return self.k[i], self.v[i]
 
     @classmethod
+    def map_layers(cls, kv, fn) -> dict:
+        """`fn(logical axes, shape)` for every per-layer array of `kv` (a KVCache, or anything
+        holding k / v / k_scale / v_scale the same way, e.g. the sampler's Prefix), as
+        `replace()` keywords: k and v, and an int8 cache's scales."""
+        out = dict(k=tuple(fn(cls.k_axes, x.shape) for x in kv.k),
+                   v=tuple(fn(cls.v_axes, x.shape) for x in kv.v))
+        if kv.k_scale is not None:
+            out.update(k_scale=tuple(fn(cls.scale_axes, x.shape) for x in kv.k_scale),
+                       v_scale=tuple(fn(cls.scale_axes, x.shape) for x in kv.v_scale))
+        return out
+
+    @classmethod
     def from_layers(cls, new_kv, end_B) -> KVCache:
         """The cache from the layers' (keys, values) as `layer` gives them."""
         ks, vs = [kv[0] for kv in new_kv], [kv[1] for kv in new_kv]

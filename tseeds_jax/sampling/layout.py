@@ -40,15 +40,20 @@ from tseeds_jax.model.rules import MESH_AXES
 MEMORY_SHARE = 0.85
 
 
-def kv_bytes_per_token(cfg) -> int:
-    """Bytes of one cached position over all layers and KV heads: keys + values in the cache's
-    dtype (`cfg.kv_cache_dtype`: the compute dtype, or int8) plus an int8 cache's two float32
-    scales per head."""
+def kv_element_bytes(cfg) -> tuple[int, int]:
+    """(bytes per cached key / value element, scale bytes per position and kv head) of the cache
+    `cfg.kv_cache_dtype` asks for: the compute dtype and no scales, or int8 and a float32 scale."""
     from tseeds_jax.model.decode_attention import KV_SCALE_BYTES, cache_dtype
 
     item = cache_dtype(cfg.kv_cache_dtype, cfg.dtype).itemsize
-    scales = KV_SCALE_BYTES if cfg.kv_cache_dtype == "int8" else 0
-    return 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * (cfg.head_size * item + scales)
+    return item, (KV_SCALE_BYTES if cfg.kv_cache_dtype == "int8" else 0)
+
+
+def kv_bytes_per_token(cfg) -> int:
+    """Bytes of one cached position over all layers and KV heads: keys + values (+ an int8
+    cache's scales)."""
+    item, scale = kv_element_bytes(cfg)
+    return 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * (cfg.head_size * item + scale)
 
 
 @dataclasses.dataclass(frozen=True)

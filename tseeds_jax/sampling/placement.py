@@ -80,24 +80,12 @@ class Placement:
         layout comes from the cache's own `k_axes` / `v_axes`, so it follows the cache class."""
         cache = state.cache
         out = jax.tree.map(lambda x: self.rows(x.shape, "decode state"), state)
-        return out.replace(cache=out.cache.replace(
-            k=tuple(self._kv(cache.k_axes, x.shape) for x in cache.k),
-            v=tuple(self._kv(cache.v_axes, x.shape) for x in cache.v),
-            **self._scales(cache.scale_axes, cache)))
-
-    def _scales(self, axes, kv) -> dict:
-        """An int8 cache's (or prefill's) scale shardings, like its k / v: {} when unquantized."""
-        if kv.k_scale is None:
-            return {}
-        return {name: tuple(self._kv(axes, x.shape) for x in getattr(kv, name))
-                for name in ("k_scale", "v_scale")}
+        return out.replace(cache=out.cache.replace(**type(cache).map_layers(cache, self._kv)))
 
     def prefix_shardings(self, prefix: core.Prefix, cache_cls) -> core.Prefix:
         """A Prefix of NamedShardings: its per-layer KV laid out like the cache it enters."""
         out = jax.tree.map(lambda x: self.rows(x.shape, "prefill rows"), prefix)
-        return out.replace(k=tuple(self._kv(cache_cls.k_axes, x.shape) for x in prefix.k),
-                           v=tuple(self._kv(cache_cls.v_axes, x.shape) for x in prefix.v),
-                           **self._scales(cache_cls.scale_axes, prefix))
+        return out.replace(**cache_cls.map_layers(prefix, self._kv))
 
     def init_buffers(self, cfg, slots: int, cache_len: int, out_len: int):
         """`core.init_buffers` created directly in place: no device ever holds the whole cache."""

@@ -361,15 +361,6 @@ def learner_state_bytes(t: Target) -> int:
     return n * (jnp.dtype(t.mcfg.param_dtype).itemsize + 8) // t.mesh.size
 
 
-def cache_scales(cache, kv) -> dict:
-    """An int8 cache's scale arrays laid out by `kv(axes, shape)` (like its k / v); {} when the
-    cache is unquantized."""
-    if cache.k_scale is None:
-        return {}
-    return {name: tuple(kv(cache.scale_axes, x.shape) for x in getattr(cache, name))
-            for name in ("k_scale", "v_scale")}
-
-
 def decode_choice(t: Target, requests: int):
     """The decode layout `sampling.layout.choose` picks for this target's largest call."""
     from tseeds_jax.sampling import core, layout
@@ -445,10 +436,8 @@ def sampler_programs(t: Target, state, buckets: str = "all") -> list[Program]:
         init = functools.partial(core.init_buffers, t.mcfg, slots, s["cache_len"], s["n_out"])
         st, out_t, out_lp = jax.eval_shape(init)
         st = abstract(st, st.replace(
-            cache=st.cache.replace(k=tuple(kv(st.cache.k_axes, x.shape) for x in st.cache.k),
-                                   v=tuple(kv(st.cache.v_axes, x.shape) for x in st.cache.v),
-                                   end_B=rows(st.cache.end_B.shape, "decode state"),
-                                   **cache_scales(st.cache, kv)),
+            cache=st.cache.replace(end_B=rows(st.cache.end_B.shape, "decode state"),
+                                   **type(st.cache).map_layers(st.cache, kv)),
             **{f: rows(getattr(st, f).shape, "decode state")
                for f in ("token_B", "logprob_B", "step_B", "budget_B", "key_B", "occupied_B",
                          "finish_B")}))

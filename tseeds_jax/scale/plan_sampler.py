@@ -132,14 +132,6 @@ def _kv_note(m) -> str:
     return " int8 + float32 scales" if m.kv_cache_dtype == "int8" else ""
 
 
-def _kv_element_bytes(m, a: int) -> tuple[int, int]:
-    """(bytes per cached key / value element, scale bytes per position and head) of the cache
-    `m.kv_cache_dtype` asks for (`a`: the compute dtype's bytes)."""
-    from tseeds_jax.model.decode_attention import KV_SCALE_BYTES
-
-    return (1, KV_SCALE_BYTES) if m.kv_cache_dtype == "int8" else (a, 0)
-
-
 def _score_rows(w, t: int) -> int:
     from tseeds_jax.scale.plan import score_rows
 
@@ -168,6 +160,7 @@ def sampler_memory(w, lay, dtype_bytes, hbm_bytes=None) -> SamplerMemory:
         return _decode_memory(w, lay, dtype_bytes, hbm_bytes)
     from tseeds_jax.model import KVCache
     from tseeds_jax.sampling.driver import PREFILL_TOKENS  # padded prefill tokens per device
+    from tseeds_jax.sampling.layout import kv_element_bytes
     from tseeds_jax.scale.plan import _shard_factor, cache_bucket
 
     m = w.model
@@ -193,7 +186,7 @@ def sampler_memory(w, lay, dtype_bytes, hbm_bytes=None) -> SamplerMemory:
             "cache_head_dim": m.head_size}
     kv_sizes = sizes if sharded else {"data": 1, "fsdp": 1, "tensor": 1}
     kv = 0
-    ci, sc = _kv_element_bytes(m, a)
+    ci, sc = kv_element_bytes(m)
     for axes, item in ((KVCache.k_axes, ci), (KVCache.v_axes, ci), (KVCache.scale_axes, sc),
                        (KVCache.scale_axes, sc)):
         shape = tuple(dims[x] for x in axes)
