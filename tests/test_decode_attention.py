@@ -222,18 +222,21 @@ def test_config_field_reaches_the_model_and_the_planner(source, tmp_path):
 S_TPU = 768  # no other array of the program ends in 768 (vocab 512, MLP 512, head dim 128)
 
 
-def _tpu_decode_step_hlo(impl: str) -> str:
+def _tpu_decode_step(impl: str, kv_cache_dtype: str = "auto"):
+    """A 2-layer sampler decode step compiled for v5p:2x2x1 (data 2 x tensor 2), its state laid
+    out by the sampler's own `Placement`: (optimized HLO text, the state's shardings)."""
     from flax import nnx
 
     from tseeds_jax.model import sharding as shd
-    from tseeds_jax.model.rules import logical_to_pspec
     from tseeds_jax.sampling import core
+    from tseeds_jax.sampling.placement import Placement
     from tseeds_jax.sampling.strategies import make_strategy
     from tseeds_jax.scale import topology
 
     cfg = ModelConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
                       num_attention_heads=4, num_key_value_heads=2, head_dim=128,
-                      param_dtype="bfloat16", dtype="bfloat16", decode_attention_impl=impl)
+                      param_dtype="bfloat16", dtype="bfloat16", decode_attention_impl=impl,
+                      kv_cache_dtype=kv_cache_dtype)
     mesh = shd.make_mesh({"data": 2, "fsdp": 1, "tensor": 2},
                          devices=topology.devices_for("v5p:2x2x1"))
     graphdef, abstract = nnx.split(shd.abstract_model(cfg))
@@ -241,19 +244,15 @@ def _tpu_decode_step_hlo(impl: str) -> str:
     params = jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh),
                           nnx.to_pure_dict(abstract), shardings)
     st = jax.eval_shape(lambda: core.DecodeState.init(cfg, 16, S_TPU))
-
-    def put(x, axes):
-        spec = logical_to_pspec(axes, shape=x.shape, mesh=mesh, warn=False)
-        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, spec))
-
-    cache = st.cache
-    st = jax.tree.map(lambda x: put(x, ("cache_batch",) + (None,) * (x.ndim - 1)), st)
-    st = st.replace(cache=st.cache.replace(
-        k=tuple(put(x, cache.k_axes) for x in cache.k),
-        v=tuple(put(x, cache.v_axes) for x in cache.v)))
+    st_sh = Placement(mesh).state_shardings(st)
+    st = jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh), st, st_sh)
     lowered = core.step.lower(core.ModelDef(graphdef), make_strategy(0.0, 0, 1.0), (0,), params,
                               st)
-    return lowered.compile().as_text()
+    return lowered.compile().as_text(), st_sh
+
+
+def _tpu_decode_step_hlo(impl: str) -> str:
+    return _tpu_decode_step(impl)[0]
 
 
 @pytest.mark.slow  # two TPU compiles of a 2-layer decode step (~5 s)

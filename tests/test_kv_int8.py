@@ -31,6 +31,7 @@ from flax import nnx
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from tests.test_decode_attention import S_TPU, _tpu_decode_step
 from tseeds_jax.model import KVCache, ModelConfig, init_model, layers
 from tseeds_jax.model import decode_attention as DA
 from tseeds_jax.model.config import KV_CACHE_DTYPES, ConfigError
@@ -350,48 +351,13 @@ def test_greedy_int8_logprob_gap_within_the_bound_from_quantization_error():
 
 # ---------------------------------------------------------------- compile-only TPU (v5p)
 
-S_TPU = 768
-
-
 def _tpu_decode_step_hlo(kv_cache_dtype, impl="ragged"):
-    from tseeds_jax.model import sharding as shd
-    from tseeds_jax.model.rules import logical_to_pspec
-    from tseeds_jax.sampling import core
-    from tseeds_jax.sampling.strategies import make_strategy
-    from tseeds_jax.scale import topology
-
-    cfg = ModelConfig(vocab_size=512, hidden_size=256, intermediate_size=512, num_hidden_layers=2,
-                      num_attention_heads=4, num_key_value_heads=2, head_dim=128,
-                      param_dtype="bfloat16", dtype="bfloat16", decode_attention_impl=impl,
-                      kv_cache_dtype=kv_cache_dtype)
-    mesh = shd.make_mesh({"data": 2, "fsdp": 1, "tensor": 2},
-                         devices=topology.devices_for("v5p:2x2x1"))
-    graphdef, abstract = nnx.split(shd.abstract_model(cfg))
-    params = jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh),
-                          nnx.to_pure_dict(abstract), shd.pure_shardings(abstract, mesh))
-    st = jax.eval_shape(lambda: core.DecodeState.init(cfg, 16, S_TPU))
-
-    def put(x, axes):
-        spec = logical_to_pspec(axes, shape=x.shape, mesh=mesh, warn=False)
-        return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=NamedSharding(mesh, spec))
-
-    # the sampler's own placement of the cache (sampling/placement.py)
-    from tseeds_jax.sampling.placement import Placement
-
-    sh = Placement(mesh).state_shardings(st)
-    cache = st.cache
-    scales = {}
-    if cache.quantized:
+    """`test_decode_attention`'s v5p decode step with this cache dtype (the cache and its scales
+    placed by the sampler's `Placement`: slots over data, kv heads over tensor)."""
+    hlo, sh = _tpu_decode_step(impl, kv_cache_dtype)
+    if kv_cache_dtype == "int8":
         assert sh.cache.k_scale[0].spec == P("data", "tensor") == sh.cache.v_scale[1].spec
-        scales = dict(k_scale=tuple(put(x, cache.scale_axes) for x in cache.k_scale),
-                      v_scale=tuple(put(x, cache.scale_axes) for x in cache.v_scale))
-    st = jax.tree.map(lambda x: put(x, ("cache_batch",) + (None,) * (x.ndim - 1)), st)
-    st = st.replace(cache=st.cache.replace(
-        k=tuple(put(x, cache.k_axes) for x in cache.k),
-        v=tuple(put(x, cache.v_axes) for x in cache.v), **scales))
-    lowered = core.step.lower(core.ModelDef(graphdef), make_strategy(0.0, 0, 1.0), (0,), params,
-                              st)
-    return lowered.compile().as_text()
+    return hlo
 
 
 @pytest.mark.slow  # two TPU compiles of a 2-layer decode step (~6 s)
