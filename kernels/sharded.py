@@ -20,10 +20,34 @@ into the shard_map and shard_map's transpose sums d unembed over the token axes 
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
 
 import jax
 from jax.sharding import PartitionSpec as P
+
+# Mesh axes that an enclosing `jax.vmap(..., spmd_axis_name=axes)` already splits its mapped
+# dimension over (the learner's per-shard gradients, rl/learner.py): code traced inside must not
+# split another dimension over them (shard_map specs, sharding constraints), or JAX refuses the
+# program ("vmap spmd_axis_name cannot appear in shard_map in_specs").
+_HELD: contextvars.ContextVar[frozenset] = contextvars.ContextVar("tseeds_held_mesh_axes",
+                                                                  default=frozenset())
+
+
+def held_axes() -> frozenset:
+    """The mesh axes held by an enclosing per-shard vmap (see `holding`); empty outside one."""
+    return _HELD.get()
+
+
+@contextlib.contextmanager
+def holding(axes):
+    """Marks `axes` as taken by the vmap being traced inside this block."""
+    token = _HELD.set(_HELD.get() | frozenset(axes))
+    try:
+        yield
+    finally:
+        _HELD.reset(token)
 
 
 def mesh_of(*arrays):
@@ -43,9 +67,13 @@ def mesh_of(*arrays):
 
 
 def token_axes(mesh, n: int) -> tuple[str, ...]:
-    """Mesh axes (in mesh order) whose sizes multiply to a divisor of N."""
+    """Mesh axes (in mesh order, not held by an enclosing vmap) whose sizes multiply to a divisor
+    of N."""
     chosen, size = [], 1
+    held = held_axes()
     for name in mesh.axis_names:
+        if name in held:
+            continue
         k = mesh.shape[name]
         if k > 1 and n % (size * k) == 0:
             chosen.append(name)

@@ -125,12 +125,31 @@ def test_fusion_counts_slices_and_in_place_updates():
 @pytest.mark.parametrize("groups, n", [
     ("replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_0'}", 4),
     ("replica_groups=mesh['axis_0'=4,'axis_1'=2] {'axis_0','axis_1'}", 8),
+    # libtpu's form on a transposed mesh (seen on v6e:8x8 with data 8 x fsdp 8)
+    ("replica_groups=mesh['axis_0'=4,'axis_1'=1,'axis_2'=1,'axis_3'=2], "
+     "device_ids=([2,4]T(1,0)) {'axis_0'}, dimensions={0}", 4),
+    ("replica_groups=mesh['axis_0'=2,'axis_1'=4], device_ids=([4,2]T(1,0)) {'axis_0'}", 2),
     ("replica_groups=[4,2]<=[8]", 2),
     ("replica_groups={{0,2,4},{1,3,5}}", 3),
     ("replica_groups={}", 8),
 ])
 def test_group_size_formats(groups, n):
     assert hc.group_size(groups, 8) == n
+
+
+def test_num_partitions_is_read_past_a_long_header():
+    """An update's header line carries its aliasing and layouts for every parameter leaf (11 kB
+    for a 2-layer model): the partition count after them still sizes an empty replica group."""
+    alias = ", ".join(f"{{{i}}}: ({i}, {{}}, may-alias)" for i in range(400))
+    text = f"""HloModule big, input_output_alias={{ {alias} }}, num_partitions=8
+
+ENTRY %e (x: f32[64]) -> f32[512] {{
+  %x = f32[64]{{0}} parameter(0)
+  ROOT %ag = f32[512]{{0}} all-gather(%x), replica_groups={{}}, dimensions={{0}}
+}}
+"""
+    assert len(text.split("\n", 1)[0]) > 10_000
+    assert hc.hlo_cost(text).collective_bytes == {"all-gather": 64 * 4 * 7}
 
 
 def test_reduce_scatter_all_to_all_permute_and_async_pairs():

@@ -18,6 +18,7 @@ import contextlib
 
 import jax
 
+from tseeds_jax.kernels.sharded import held_axes
 from tseeds_jax.model.rules import logical_to_pspec
 
 
@@ -53,9 +54,10 @@ def scope(*arrays):
 
 def constrain(x, *axes):
     """`x` with the layout the rules table gives logical `axes` on the ambient mesh; dimensions
-    that do not divide stay replicated (silently: decode batches and test shapes often do not)."""
+    that do not divide stay replicated (silently: decode batches and test shapes often do not).
+    Inside a per-shard vmap the axes it holds are left to it (the batch of one shard is whole)."""
     mesh = ambient_mesh()
     if mesh is None:
         return x
-    spec = logical_to_pspec(axes, shape=x.shape, mesh=mesh, warn=False)
+    spec = logical_to_pspec(axes, shape=x.shape, mesh=mesh, warn=False, taken=held_axes())
     return jax.lax.with_sharding_constraint(x, spec)

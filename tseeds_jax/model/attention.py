@@ -35,6 +35,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import PartitionSpec as P
 
+from tseeds_jax.kernels import sharded
 from tseeds_jax.kernels import target as kernel_target
 
 IMPLS = ("auto", "xla", "chunked", "splash", "cudnn")
@@ -226,13 +227,17 @@ def _splash_local(q_BTHE, k_BTKE, v_BTKE, seg_BT, *, block: int, interpret: bool
 def _mesh_split(mesh, b: int, kh: int):
     """(batch mesh axes, head mesh axis or None) for the splash shard_map: the batch over the
     data axes that divide B (the rules table's `batch`), kv heads over `tensor` when it divides K."""
+    held = sharded.held_axes()
     batch, size = [], 1
     for name in ("data", "fsdp"):
+        if name in held:  # split already by an enclosing per-shard vmap (its mapped dimension)
+            continue
         n = mesh.shape.get(name, 1)
         if n > 1 and b % (size * n) == 0:
             batch.append(name)
             size *= n
-    heads = "tensor" if mesh.shape.get("tensor", 1) > 1 and kh % mesh.shape["tensor"] == 0 else None
+    heads = ("tensor" if "tensor" not in held and mesh.shape.get("tensor", 1) > 1
+             and kh % mesh.shape["tensor"] == 0 else None)
     return tuple(batch), heads
 
 

@@ -62,10 +62,12 @@ def _mesh_axes(name: str | None, rules: Mapping[str, MeshAxes]) -> tuple[str, ..
 
 def logical_to_pspec(axes: Sequence[str | None], rules: Mapping[str, MeshAxes] | None = None,
                      *, shape: Sequence[int] | None = None, mesh: Mesh | AbstractMesh | None = None,
-                     what: str = "array", warn: bool = True) -> PartitionSpec:
+                     what: str = "array", warn: bool = True,
+                     taken: frozenset | set = frozenset()) -> PartitionSpec:
     """The PartitionSpec for an array whose dimensions have logical names `axes`.
 
-    A mesh axis is used at most once per array (the first dimension that asks for it wins).
+    A mesh axis is used at most once per array (the first dimension that asks for it wins);
+    `taken` axes are not used at all (held by an enclosing per-shard vmap).
     With `shape` and `mesh`, a dimension not divisible by the product of its mesh axis sizes is
     replicated instead (logged at WARNING, naming `what`, unless `warn` is False).
     """
@@ -74,7 +76,7 @@ def logical_to_pspec(axes: Sequence[str | None], rules: Mapping[str, MeshAxes] |
         raise TypeError(f"axes must be a sequence of names, got the string {axes!r}")
     if shape is not None and len(shape) != len(axes):
         raise ValueError(f"{what}: {len(axes)} logical axes {tuple(axes)} for shape {tuple(shape)}")
-    used: set[str] = set()
+    used: set[str] = set(taken)
     out: list[Any] = []
     for i, name in enumerate(axes):
         mesh_axes = tuple(a for a in _mesh_axes(name, rules) if a not in used)

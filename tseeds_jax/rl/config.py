@@ -18,6 +18,7 @@ LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "se
 TRUNCATIONS = ("ratio", "entropy", "success_target", "mixture", "mixture_spread")
 VARIANTS = ("state+action", "state")
 OLD_LOGP_MODES = ("auto", "shortcut", "recompute")
+GRAD_REDUCE = ("micro_batch", "update")  # optim.grad_reduce (rl/grad_accum.py)
 OFFPOLICY_MISSING = ("error", "on_policy")
 SAMPLER_PLACEMENTS = ("replica", "sharded", "decode")
 
@@ -135,6 +136,11 @@ def default_config() -> ml_collections.ConfigDict:
     c.optim.micro_batch_size = 0  # sequences per micro-batch (0: the whole mini-batch)
     c.optim.old_logp = "auto"  # "auto" | "shortcut" (continuation tokens) | "recompute"
     c.optim.train_layers = "all"  # "all" | "head" (final norm + output head only)
+    # Where micro-batch gradients are summed across devices: "micro_batch" (every micro-step,
+    # gradients laid out like the parameters) | "update" (each device keeps its rows' gradient
+    # unreduced in a full-size float32 buffer; one reduction per optimizer update: fewer
+    # collective bytes by the number of micro-steps, more memory; rl/grad_accum.py)
+    c.optim.grad_reduce = "micro_batch"
 
     c.mesh = ml_collections.ConfigDict(dict(data=1, fsdp=-1, tensor=1))
 
@@ -266,6 +272,7 @@ class OptimConfig:
     micro_batch_size: int
     old_logp: str
     train_layers: str
+    grad_reduce: str = "micro_batch"
 
     @property
     def updates_per_batch(self) -> int:
@@ -429,6 +436,8 @@ class TrainConfig:
                 "the on-policy shortcut is only exact with one update per batch")
         if o.train_layers not in ("all", "head"):
             bad("optim.train_layers", o.train_layers, "known: ('all', 'head')")
+        if o.grad_reduce not in GRAD_REDUCE:
+            bad("optim.grad_reduce", o.grad_reduce, f"known: {GRAD_REDUCE}")
         n = r.batch_prompts * r.group_size
         if n % o.mini_batches:
             bad("optim.mini_batches", o.mini_batches,

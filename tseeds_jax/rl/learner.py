@@ -38,7 +38,7 @@ from flax import nnx
 
 from tseeds_jax import kernels
 from tseeds_jax.kernels.topk import gather_logprobs, topk_logprobs
-from tseeds_jax.rl import family, losses
+from tseeds_jax.rl import family, grad_accum, losses
 from tseeds_jax.rl.config import LossConfig, OptimConfig
 
 NUM_POS_BINS = 10  # positional profiles in 10% bins of relative position (paper Figures 3-4)
@@ -187,7 +187,10 @@ class Learner:
         self.loss_name = self.spec.name
         self.diag_clip = family.diagnostic_clip(self.hparams)
         self.loss_scale = float(getattr(lcfg, "loss_scale", 0.0) or 0.0) or None
-        vocab = nnx.merge(graphdef, params).cfg.vocab_size
+        model_cfg = nnx.merge(graphdef, params).cfg
+        vocab = model_cfg.vocab_size
+        # Weight gradients leave the backward in the compute dtype ("update" reduces in it).
+        self.compute_dtype = model_cfg.dtype
         if self.options.sis_top_k > vocab:
             raise ValueError(f"config.loss.params.top_k={self.options.sis_top_k}: SIS top-K "
                              f"exceeds the model's vocabulary ({vocab})")
@@ -352,13 +355,19 @@ class Learner:
         r = batch.response_width
         name = self.loss_name
         entropy_mean = None
+        flat = lambda tree: jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), tree)
         if name == "stare" and o.updates_per_batch * n_micro > 1:
             # STARE's gate: batch token-mean entropy of the pre-update pass.
-            flat_mbs = jax.tree_util.tree_map(
-                lambda x: x.reshape((-1,) + x.shape[2:]), batches)
-            _, ent = self._nograd_logp_ent(state.params, flat_mbs)
-            entropy_mean = _token_mean(ent, flat_mbs.resp_mask_BR)
-        whole_minibatch = name in ("m2po", "stare") and n_micro > 1
+            _, ent = self._nograd_logp_ent(state.params, flat(batches))
+            entropy_mean = _token_mean(ent, flat(batches).resp_mask_BR)
+        per_update = o.grad_reduce == "update" and grad_accum.ShardedAccumulator(
+            state.params, micro, self.compute_dtype).active
+        if name == "stare" and entropy_mean is None and per_update:
+            # The gate reads the whole batch: one shard's own forward is not that pass.
+            _, ent = self._nograd_logp_ent(state.params, flat(batches))
+            entropy_mean = _token_mean(ent, flat(batches).resp_mask_BR)
+        # Per-shard gradients see a shard's rows only: batch-coupled selections come first.
+        whole_minibatch = name in ("m2po", "stare") and (n_micro > 1 or per_update)
 
         def one_update(carry, mb_UB):
             params, opt_state, k = carry
@@ -382,13 +391,24 @@ class Learner:
             per_micro = {key: v for key, v in extra.items() if key in ("selection", "uniforms")}
             shared = {key: v for key, v in extra.items() if key not in per_micro}
 
-            def micro_step(acc, xs):
-                mb, pm = xs
-                g, aux = grad_fn(params, mb, dens, first, {**shared, **pm})
-                return jax.tree_util.tree_map(jnp.add, acc, g), aux
+            if per_update:
+                accum = grad_accum.ShardedAccumulator(params, micro, self.compute_dtype)
 
-            zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-            grads, auxs = jax.lax.scan(micro_step, zeros, (mb_UB, per_micro))
+                def micro_step(acc_S, xs):
+                    mb, pm = xs
+                    g_S, aux_S = accum.grads(grad_fn, params, mb, shared, pm, dens, first)
+                    return accum.add(acc_S, g_S), aux_S
+
+                acc_S, auxs = jax.lax.scan(micro_step, accum.zeros(params), (mb_UB, per_micro))
+                grads = accum.reduce(acc_S, params)
+            else:
+                def micro_step(acc, xs):
+                    mb, pm = xs
+                    g, aux = grad_fn(params, mb, dens, first, {**shared, **pm})
+                    return jax.tree_util.tree_map(jnp.add, acc, g), aux
+
+                zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+                grads, auxs = jax.lax.scan(micro_step, zeros, (mb_UB, per_micro))
             updates, opt_state = self.tx.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
             return (params, opt_state, k + 1), (auxs, optax.tree.norm(grads))

@@ -39,6 +39,7 @@ class Slice:
     # fit one chip, and faster than decoding on the learner's fsdp layout (docs/scale.md).
     sampler_placement: str = "replica"
     sampler_tensor: int = 0  # "decode": devices per tensor-parallel sampler replica (0: auto)
+    grad_reduce: str = "micro_batch"  # optim.grad_reduce (rl/grad_accum.py)
 
     @property
     def micro_batch_size(self) -> int:
@@ -112,6 +113,7 @@ def paper_config(*, name: str, model_dir: str, arch: Mapping, data: str, templat
     c.optim.grad_clip = 1.0
     c.optim.mini_batches = 1  # one update per batch (paper)
     c.optim.micro_batch_size = hw.micro_batch_size
+    c.optim.grad_reduce = hw.grad_reduce
 
     c.mesh = ml_collections.ConfigDict(dict(data=hw.data, fsdp=hw.fsdp, tensor=hw.tensor))
     c.hardware.accelerator = hw.accelerator

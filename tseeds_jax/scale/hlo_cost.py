@@ -507,7 +507,9 @@ def hlo_cost(text: str, *, num_devices: int | None = None) -> HloCost:
     module's `num_partitions`, else 1)."""
     comps = parse_module(text)
     if num_devices is None:
-        m = re.search(r"num_partitions=(\d+)", text[:2000])
+        # In the module's header line, after its input/output aliasing and layouts (which run
+        # to tens of kB for an update with hundreds of parameter leaves).
+        m = re.search(r"num_partitions=(\d+)", text.split("\n", 1)[0])
         num_devices = int(m.group(1)) if m else 1
     counter = _Counter(comps, int(num_devices))
     entry = next(c for c in comps.values() if c.entry)

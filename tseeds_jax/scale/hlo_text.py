@@ -178,7 +178,9 @@ def called(attrs: str, key: str) -> list[str]:
 
 def group_size(attrs: str, num_devices: int) -> int:
     """Devices per replica group of a collective (its `replica_groups`)."""
-    m = re.search(r"replica_groups=mesh\[([^\]]*)\]\s*\{([^}]*)\}", attrs)
+    # mesh['axis_0'=8,'axis_1'=8] {'axis_0'}, or with the mesh's device order between them:
+    # mesh[...], device_ids=([8,8]T(1,0)) {'axis_0'} (libtpu prints that for a transposed mesh).
+    m = re.search(r"replica_groups=mesh\[([^\]]*)\](?:,\s*device_ids=[^{]*?)?\s*\{([^}]*)\}", attrs)
     if m:
         sizes = dict((k.strip("' "), int(v)) for k, v in
                      (kv.split("=") for kv in m.group(1).split(",") if "=" in kv))

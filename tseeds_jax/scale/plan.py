@@ -154,6 +154,7 @@ class Workload:
     kl_coef: float = 0.0
     old_logp_recompute: bool = False
     devices_per_host: int = 1
+    grad_reduce: str = "micro_batch"  # optim.grad_reduce: "update" keeps unreduced gradients
 
     @property
     def sequences(self) -> int:
@@ -270,12 +271,13 @@ class ParamLayout:
     largest_leaf_per_device: float
     layer_per_tensor: float  # one decoder layer, gathered over fsdp, split over tensor (count)
     unembed: int  # D x V (count)
+    per_tensor: float = 0.0  # all parameters split over tensor only (count): unreduced gradients
 
 
 @functools.lru_cache(maxsize=256)
 def param_layout(mcfg, mesh: tuple[int, int, int]) -> ParamLayout:
     sizes = dict(zip(("data", "fsdp", "tensor"), mesh))
-    total = per_dev = largest = layer = 0.0
+    total = per_dev = largest = layer = per_tensor = 0.0
     tensor_only = {"data": 1, "fsdp": 1, "tensor": sizes["tensor"]}
     for path, shape, axes in _leaf_shapes(mcfg):
         n = math.prod(shape)
@@ -283,10 +285,11 @@ def param_layout(mcfg, mesh: tuple[int, int, int]) -> ParamLayout:
         total += n
         per_dev += share
         largest = max(largest, share)
+        per_tensor += n / _shard_factor(shape, axes, tensor_only)
         if len(path) > 1 and path[0] == "layers" and path[1] == "0":
             layer += n / _shard_factor(shape, axes, tensor_only)
     unembed = mcfg.hidden_size * mcfg.vocab_size
-    return ParamLayout(int(total), per_dev, largest, layer, unembed)
+    return ParamLayout(int(total), per_dev, largest, layer, unembed, per_tensor)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -353,7 +356,14 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
     rows_dev = n_seq // batch_shards if n_seq % batch_shards == 0 else n_seq
     batch_bytes = rows_dev * (2 * t_len * 4 + 7 * w.response_len * 4 + 4)
     add("learner", "batch", batch_bytes, f"{rows_dev} sequences x T={t_len} on this device")
-    add("learner", "gradient accumulator", param_bytes,
+    # optim.grad_reduce = "update" (rl/grad_accum.py): every device keeps its rows' gradients
+    # unreduced, whole but for the tensor split, in float32 (the accumulator, and the
+    # micro-batch's beside it), until the update's one reduction.
+    unreduced = w.grad_reduce == "update" and batch_shards > 1 and ok_b
+    grad_bytes = lay.per_tensor * 4 if unreduced else param_bytes
+    add("learner", "gradient accumulator", grad_bytes,
+        "float32, unreduced: whole per device but for the tensor split (grad_reduce='update')"
+        if unreduced else
         "param dtype; this micro-batch's gradients replace the activations they free")
     nd, nf = n_tok * d * a, n_tok * f_t * a
     n_he = n_tok * (2 * h_t + 2 * k_t) * e * a
@@ -376,7 +386,8 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
     add("learner", "saved activations", saved, note)
     if w.compiler == "tpu" and m.remat and w.kernel_impl == "pallas":
         _learner_compiled(w, lay, add, n_tok=n_tok, n_resp=n_resp, b=b, t_len=t_len,
-                          h_t=h_t, k_t=k_t, f_t=f_t, param_bytes=param_bytes)
+                          h_t=h_t, k_t=k_t, f_t=f_t, param_bytes=param_bytes,
+                          grad_bytes=grad_bytes, unreduced=unreduced)
         return _after_learner(w, lay, terms, add, warns, hbm_bytes, h=h, f=f, h_t=h_t, f_t=f_t,
                               t_len=t_len, n_seq=n_seq)
     cdt = 4 if 4 in (pb, a) else a
@@ -406,11 +417,11 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
             "compute-dtype copy of one layer's weights")
     opt_work = OPT_LEAF_TEMPS * lay.largest_leaf_per_device * 4
     backward = sum(t.bytes for t in terms if t.phase == "learner")
-    optimizer = batch_bytes + 2 * param_bytes + opt_work
+    optimizer = batch_bytes + 2 * grad_bytes + opt_work
     if optimizer > backward:  # the optimizer update dominates: replace the backward terms
         terms = [t for t in terms if t.phase != "learner"]
         add("learner", "batch", batch_bytes)
-        add("learner", "gradients", 2 * param_bytes, "accumulator + last micro-batch's")
+        add("learner", "gradients", 2 * grad_bytes, "accumulator + last micro-batch's")
         add("learner", "optimizer update temporaries", opt_work)
 
     return _after_learner(w, lay, terms, add, warns, hbm_bytes, h=h, f=f, h_t=h_t, f_t=f_t,
@@ -485,7 +496,7 @@ def _after_learner(w, lay, terms, add, warns, hbm_bytes, *, h, f, h_t, f_t, t_le
 
 
 def _learner_compiled(w: Workload, lay: ParamLayout, add, *, n_tok, n_resp, b, t_len, h_t, k_t,
-                      f_t, param_bytes) -> None:
+                      f_t, param_bytes, grad_bytes, unreduced) -> None:
     """The learner terms after "saved activations" for XLA's TPU compiler with remat: the peak is
     the larger of the log-prob kernel's backward and one layer's backward (see the TPU_*
     constants), on top of what both share."""
@@ -497,8 +508,13 @@ def _learner_compiled(w: Workload, lay: ParamLayout, add, *, n_tok, n_resp, b, t
         add("learner", "remat residuals", (TPU_SAVED_ND_PER_LAYER - 1) * m.num_hidden_layers
             * n_tok * d * a, f"{TPU_SAVED_ND_PER_LAYER:g} [N, D] per layer kept for the backward "
             "(the layer input counted above)")
-    add("learner", "micro-batch gradients", (TPU_GRAD_COPIES - 1) * param_bytes,
-        "float32 reduce-scattered gradients of the micro-batch, beside the accumulator")
+    if not unreduced:
+        add("learner", "micro-batch gradients", (TPU_GRAD_COPIES - 1) * param_bytes,
+            "float32 reduce-scattered gradients of the micro-batch, beside the accumulator")
+    # Unreduced (grad_reduce "update"), the compiler adds each layer's gradient into the
+    # accumulator as the backward produces it: at the planned 10% schedule no second whole
+    # copy is alive (r1 on data 8 x fsdp 8: 14.2 GiB compiled; at libtpu's default schedule
+    # it keeps one, 22.2 GiB; docs/scale.md "Gradients that move once").
     if pb != a:
         add("learner", "compute-dtype parameter casts", TPU_PARAM_CASTS * lay.per_device * a,
             f"{TPU_PARAM_CASTS} casts of the parameter shards, hoisted out of the micro-batch loop")
@@ -601,7 +617,7 @@ def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
         sampler_placement=sampler_placement or hw.get("sampler_placement") or "replica",
         sampler_tensor=int(hw.get("sampler_tensor", 0) or 0), family=fam,
         kernel_impl=kernel_impl, compiler=compiler, kl_coef=cfg.loss.kl_coef,
-        old_logp_recompute=old_logp_recompute,
+        old_logp_recompute=old_logp_recompute, grad_reduce=getattr(o, "grad_reduce", "micro_batch"),
         # rl/plugins.py statistics passes over a batch (chunked like Trainer._stats)
         plugin_stats=bool(old_logp_recompute or stale
                                or (sis_top_k and cfg.seeds.refresh_interval > 1)),
