@@ -66,6 +66,19 @@ def mesh_of(*arrays):
     return mesh if getattr(mesh, "axis_names", ()) else None
 
 
+def batch_axes(mesh, rows: int) -> tuple[str, ...]:
+    """The data-like mesh axes ("data", "fsdp", in that order, not held by an enclosing vmap)
+    whose sizes multiply to a divisor of `rows`, chosen greedily: the rules table's `batch`."""
+    held = held_axes()
+    chosen, size = [], 1
+    for name in ("data", "fsdp"):
+        n = mesh.shape.get(name, 1)
+        if name not in held and n > 1 and rows % (size * n) == 0:
+            chosen.append(name)
+            size *= n
+    return tuple(chosen)
+
+
 def token_axes(mesh, n: int) -> tuple[str, ...]:
     """Mesh axes (in mesh order, not held by an enclosing vmap) whose sizes multiply to a divisor
     of N."""

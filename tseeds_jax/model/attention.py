@@ -227,18 +227,9 @@ def _splash_local(q_BTHE, k_BTKE, v_BTKE, seg_BT, *, block: int, interpret: bool
 def _mesh_split(mesh, b: int, kh: int):
     """(batch mesh axes, head mesh axis or None) for the splash shard_map: the batch over the
     data axes that divide B (the rules table's `batch`), kv heads over `tensor` when it divides K."""
-    held = sharded.held_axes()
-    batch, size = [], 1
-    for name in ("data", "fsdp"):
-        if name in held:  # split already by an enclosing per-shard vmap (its mapped dimension)
-            continue
-        n = mesh.shape.get(name, 1)
-        if n > 1 and b % (size * n) == 0:
-            batch.append(name)
-            size *= n
-    heads = ("tensor" if "tensor" not in held and mesh.shape.get("tensor", 1) > 1
+    heads = ("tensor" if "tensor" not in sharded.held_axes() and mesh.shape.get("tensor", 1) > 1
              and kh % mesh.shape["tensor"] == 0 else None)
-    return tuple(batch), heads
+    return sharded.batch_axes(mesh, b), heads
 
 
 def attention_splash(q_BTHE, k_BTKE, v_BTKE, valid_BT=None, *, interpret: bool | None = None,

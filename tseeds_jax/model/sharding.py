@@ -99,6 +99,19 @@ def _is_var(x) -> bool:
     return isinstance(x, nnx.Variable)
 
 
+def variable_pspec(x, mesh, rules: Mapping[str, MeshAxes] | None = None, *, what: str = "array",
+                   warn: bool = True, taken: frozenset = frozenset()) -> PartitionSpec:
+    """The rules-table PartitionSpec of one `nnx.Variable` (its `axes` metadata); replicated when
+    it has no names, or a placeholder whose shape no longer matches them (e.g. the empty
+    optimizer state of a frozen parameter). `taken`: mesh axes not to use (logical_to_pspec)."""
+    axes = x.get_metadata().get("axes")
+    shape = getattr(x.value, "shape", ())
+    if axes is None or len(axes) != len(shape):
+        return PartitionSpec()
+    return logical_to_pspec(axes, rules, shape=shape, mesh=mesh, what=what, warn=warn,
+                            taken=taken)
+
+
 def param_shardings(abstract_state, mesh: Mesh, rules: Mapping[str, MeshAxes] | None = None):
     """NamedShardings with the structure of `abstract_state` (an `nnx.State` or any pytree).
 
@@ -109,15 +122,7 @@ def param_shardings(abstract_state, mesh: Mesh, rules: Mapping[str, MeshAxes] | 
     def one(path, x):
         where = jax.tree_util.keystr(path) or "array"
         if _is_var(x):
-            axes = x.get_metadata().get("axes")
-            shape = getattr(x.value, "shape", ())
-            # No names, or a placeholder whose shape no longer matches them (e.g. the empty
-            # optimizer state of a frozen parameter): replicate.
-            if axes is None or len(axes) != len(shape):
-                spec = PartitionSpec()
-            else:
-                spec = logical_to_pspec(axes, rules, shape=shape, mesh=mesh, what=where)
-            return x.replace(NamedSharding(mesh, spec))
+            return x.replace(NamedSharding(mesh, variable_pspec(x, mesh, rules, what=where)))
         if hasattr(x, "shape"):
             return NamedSharding(mesh, PartitionSpec())
         return None

@@ -33,22 +33,7 @@ from jax.sharding import PartitionSpec as P
 
 from tseeds_jax.kernels import sharded
 from tseeds_jax.model.activations import mesh_of
-from tseeds_jax.model.rules import logical_to_pspec
-
-BATCH_AXES = ("data", "fsdp")
-
-
-def shard_axes(mesh, rows: int) -> tuple[str, ...]:
-    """The batch mesh axes (mesh order) over which `rows` sequences split evenly, greedily."""
-    if mesh is None:
-        return ()
-    chosen, size = [], 1
-    for name in BATCH_AXES:
-        n = mesh.shape.get(name, 1)
-        if n > 1 and rows % (size * n) == 0:
-            chosen.append(name)
-            size *= n
-    return tuple(chosen)
+from tseeds_jax.model.sharding import variable_pspec
 
 
 def _is_var(x) -> bool:
@@ -56,15 +41,9 @@ def _is_var(x) -> bool:
 
 
 def _specs(params, mesh, taken) -> list:
-    """PartitionSpec per parameter leaf, in leaf order (the rules table on its `axes` metadata),
-    batch axes in `taken` left out; replicated where a leaf carries no names."""
-    out = []
-    for x in jax.tree_util.tree_leaves(params, is_leaf=_is_var):
-        axes = x.get_metadata().get("axes") if _is_var(x) else None
-        shape = jnp.shape(x.value if _is_var(x) else x)
-        out.append(P() if axes is None or len(axes) != len(shape) else
-                   logical_to_pspec(axes, shape=shape, mesh=mesh, warn=False, taken=taken))
-    return out
+    """PartitionSpec per parameter leaf, in leaf order, batch axes in `taken` left out."""
+    return [variable_pspec(x, mesh, warn=False, taken=taken) if _is_var(x) else P()
+            for x in jax.tree_util.tree_leaves(params, is_leaf=_is_var)]
 
 
 def _constrain(x, mesh, spec):
@@ -77,7 +56,7 @@ class ShardedAccumulator:
 
     def __init__(self, params, micro_rows: int, reduce_dtype):
         self.mesh = mesh_of(*jax.tree_util.tree_leaves(params))
-        self.axes = shard_axes(self.mesh, micro_rows)
+        self.axes = sharded.batch_axes(self.mesh, micro_rows) if self.mesh is not None else ()
         self.n = math.prod(self.mesh.shape[a] for a in self.axes) if self.axes else 1
         self.reduce_dtype = jnp.dtype(reduce_dtype)
         self._treedef = jax.tree_util.tree_structure(params)
@@ -143,14 +122,14 @@ class ShardedAccumulator:
         keep = lambda e: tuple(n for n in names(e) if n in manual) or None
         out_spec = P(*(keep(e) for e in entries))
         scatter = names(entries[dims[0]]) if dims else ()
+        if any(n not in manual for n in scatter):
+            raise ValueError(f"grad_reduce='update': parameter spec {spec} mixes batch and other "
+                             "mesh axes on one dimension")
         rest = tuple(n for n in self.axes if n not in scatter)
 
         def local(x_1):
             x = x_1[0]
             if scatter:
-                if tuple(n for n in scatter if n in manual) != scatter:
-                    raise ValueError(f"grad_reduce='update': parameter spec {spec} mixes batch "
-                                     f"and other mesh axes on one dimension")
                 x = jax.lax.psum_scatter(x, scatter, scatter_dimension=dims[0], tiled=True)
             return jax.lax.psum(x, rest) if rest else x
 

@@ -355,17 +355,16 @@ class Learner:
         r = batch.response_width
         name = self.loss_name
         entropy_mean = None
-        flat = lambda tree: jax.tree_util.tree_map(lambda x: x.reshape((-1,) + x.shape[2:]), tree)
-        if name == "stare" and o.updates_per_batch * n_micro > 1:
-            # STARE's gate: batch token-mean entropy of the pre-update pass.
-            _, ent = self._nograd_logp_ent(state.params, flat(batches))
-            entropy_mean = _token_mean(ent, flat(batches).resp_mask_BR)
-        per_update = o.grad_reduce == "update" and grad_accum.ShardedAccumulator(
-            state.params, micro, self.compute_dtype).active
-        if name == "stare" and entropy_mean is None and per_update:
-            # The gate reads the whole batch: one shard's own forward is not that pass.
-            _, ent = self._nograd_logp_ent(state.params, flat(batches))
-            entropy_mean = _token_mean(ent, flat(batches).resp_mask_BR)
+        accum = (grad_accum.ShardedAccumulator(state.params, micro, self.compute_dtype)
+                 if o.grad_reduce == "update" else None)
+        per_update = accum is not None and accum.active
+        if name == "stare" and (o.updates_per_batch * n_micro > 1 or per_update):
+            # STARE's gate: batch token-mean entropy of the pre-update pass (per-shard gradients
+            # see a shard's rows only, so their forward is not that pass either).
+            flat_mbs = jax.tree_util.tree_map(
+                lambda x: x.reshape((-1,) + x.shape[2:]), batches)
+            _, ent = self._nograd_logp_ent(state.params, flat_mbs)
+            entropy_mean = _token_mean(ent, flat_mbs.resp_mask_BR)
         # Per-shard gradients see a shard's rows only: batch-coupled selections come first.
         whole_minibatch = name in ("m2po", "stare") and (n_micro > 1 or per_update)
 
@@ -392,8 +391,6 @@ class Learner:
             shared = {key: v for key, v in extra.items() if key not in per_micro}
 
             if per_update:
-                accum = grad_accum.ShardedAccumulator(params, micro, self.compute_dtype)
-
                 def micro_step(acc_S, xs):
                     mb, pm = xs
                     g_S, aux_S = accum.grads(grad_fn, params, mb, shared, pm, dens, first)

@@ -357,8 +357,8 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
     batch_bytes = rows_dev * (2 * t_len * 4 + 7 * w.response_len * 4 + 4)
     add("learner", "batch", batch_bytes, f"{rows_dev} sequences x T={t_len} on this device")
     # optim.grad_reduce = "update" (rl/grad_accum.py): every device keeps its rows' gradients
-    # unreduced, whole but for the tensor split, in float32 (the accumulator, and the
-    # micro-batch's beside it), until the update's one reduction.
+    # unreduced, whole but for the tensor split, in a float32 accumulator until the update's
+    # one reduction.
     unreduced = w.grad_reduce == "update" and batch_shards > 1 and ok_b
     grad_bytes = lay.per_tensor * 4 if unreduced else param_bytes
     add("learner", "gradient accumulator", grad_bytes,
@@ -387,7 +387,7 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
     if w.compiler == "tpu" and m.remat and w.kernel_impl == "pallas":
         _learner_compiled(w, lay, add, n_tok=n_tok, n_resp=n_resp, b=b, t_len=t_len,
                           h_t=h_t, k_t=k_t, f_t=f_t, param_bytes=param_bytes,
-                          grad_bytes=grad_bytes, unreduced=unreduced)
+                          unreduced=unreduced)
         return _after_learner(w, lay, terms, add, warns, hbm_bytes, h=h, f=f, h_t=h_t, f_t=f_t,
                               t_len=t_len, n_seq=n_seq)
     cdt = 4 if 4 in (pb, a) else a
@@ -496,7 +496,7 @@ def _after_learner(w, lay, terms, add, warns, hbm_bytes, *, h, f, h_t, f_t, t_le
 
 
 def _learner_compiled(w: Workload, lay: ParamLayout, add, *, n_tok, n_resp, b, t_len, h_t, k_t,
-                      f_t, param_bytes, grad_bytes, unreduced) -> None:
+                      f_t, param_bytes, unreduced) -> None:
     """The learner terms after "saved activations" for XLA's TPU compiler with remat: the peak is
     the larger of the log-prob kernel's backward and one layer's backward (see the TPU_*
     constants), on top of what both share."""
@@ -617,7 +617,7 @@ def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
         sampler_placement=sampler_placement or hw.get("sampler_placement") or "replica",
         sampler_tensor=int(hw.get("sampler_tensor", 0) or 0), family=fam,
         kernel_impl=kernel_impl, compiler=compiler, kl_coef=cfg.loss.kl_coef,
-        old_logp_recompute=old_logp_recompute, grad_reduce=getattr(o, "grad_reduce", "micro_batch"),
+        old_logp_recompute=old_logp_recompute, grad_reduce=o.grad_reduce,
         # rl/plugins.py statistics passes over a batch (chunked like Trainer._stats)
         plugin_stats=bool(old_logp_recompute or stale
                                or (sis_top_k and cfg.seeds.refresh_interval > 1)),
