@@ -18,7 +18,6 @@ import datetime
 import functools
 import os
 import platform
-import re
 import sys
 import tempfile
 import time
@@ -208,7 +207,7 @@ def main(argv=None) -> int:
     table = _table(rows)
     print(table)
     if not args.no_docs:
-        _write_docs(table, args, (load0, os.getloadavg()[0]), torch_threads)
+        _write_docs(rows, args, (load0, os.getloadavg()[0]), torch_threads)
     return 0
 
 
@@ -222,11 +221,40 @@ def _fmt_row(r):
     return s
 
 
+COLUMNS = ["model (params)", "batch", "ours tok/s", "HF tok/s (threads)", "ours/HF",
+           "recompute tok/s", "ours/recompute", "TTFT ours ms", "TTFT HF ms", "TTFT recompute ms",
+           "greedy = HF"]
+
+
 def _table(rows):
-    head = ("| model (params) | batch | ours tok/s | HF tok/s (threads) | ours/HF | "
-            "recompute tok/s | ours/recompute | TTFT ours ms | TTFT HF ms | TTFT recompute ms | "
-            "greedy = HF |\n|---|---|---|---|---|---|---|---|---|---|---|")
-    lines = [head]
+    lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cells) + " |" for cells in _cells(rows)]
+    return "\n".join(lines)
+
+
+def _record(rows, cmd, load):
+    """The run as a result record (kind "measured"): the table, and per model and batch the
+    tokens/s of ours and HF and their ratio (measured in alternating rounds, so the ratio
+    survives a shared machine better than the absolute numbers; the load is in the record)."""
+    from tseeds_jax import results_record
+
+    values = {"load_avg_1min_start": {"value": round(load[0], 2), "unit": "load"},
+              "load_avg_1min_end": {"value": round(load[1], 2), "unit": "load"}}
+    for r in rows:
+        key = f"{r['model']}_b{r['batch']}"
+        values[f"{key}_ours"] = {"value": int(round(r["ours"][0])), "unit": "tokens/s"}
+        if "hf" in r:
+            values[f"{key}_hf"] = {"value": int(round(r["hf"][0])), "unit": "tokens/s"}
+            values[f"{key}_ratio"] = {"value": round(r["ours"][0] / r["hf"][0], 2),
+                                      "unit": "x HF generate"}
+    return results_record.make(
+        "sampler_speed", "greedy sampling tokens/s, ours vs HF generate vs recompute (CPU)",
+        "measured", cmd, backend="cpu", values=values,
+        table={"columns": COLUMNS, "rows": _cells(rows)})
+
+
+def _cells(rows):
+    out = []
     for r in rows:
         hf, rec = r.get("hf"), r.get("rec")
         cells = [f"{r['model']} ({r['params'] / 1e6:.1f}M)", str(r["batch"]), f"{r['ours'][0]:.0f}",
@@ -237,18 +265,22 @@ def _table(rows):
                  f"{r['ours'][1] * 1e3:.1f}", f"{hf[1] * 1e3:.1f}" if hf else "-",
                  f"{rec[1] * 1e3:.1f}" if rec else "-",
                  f"{r['hf_match']:.0%}" if hf else "-"]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        out.append(cells)
+    return out
 
 
-def _write_docs(table, args, load, threads):
+def _write_docs(rows, args, load, threads):
     cmd = "python benchmarks/bench_sampler.py" + (" " + " ".join(sys.argv[1:]) if sys.argv[1:]
                                                   else "")
     import torch  # noqa: PLC0415
     import transformers  # noqa: PLC0415
 
-    body = f"""<!-- BEGIN sampler -->
-## Sampler (`tseeds_jax.sampling.generate`) vs no-cache recompute vs HF `generate`
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import docsection  # noqa: PLC0415
+
+    record = _record(rows, cmd, load)
+    table = docsection.table_block(record)
+    body = f"""## Sampler (`tseeds_jax.sampling.generate`) vs no-cache recompute vs HF `generate`
 
 Command: `{cmd}` — {datetime.date.today().isoformat()}, {os.cpu_count()} CPU cores visible
 (ratios were measured side by side in one process; see the load average below),
@@ -277,7 +309,8 @@ host refills it), so there is no per-token host round-trip; prefill is one batch
 length bucket. HF decodes token by token from Python. Load average (1 min) at start / end of
 this run: {load[0]:.2f} / {load[1]:.2f}.
 
-Where the time goes (jax.profiler traces of the decode loop, qwen2-4L-256, cache 96):
+Where the time goes (jax.profiler traces of the decode loop, qwen2-4L-256, cache 96; profiled
+on 2026-11-30 and not repeated since: later sampler changes are not in these figures):
 - Batch 32 (~4.5 ms per step): the output head [32,256]x[256,4096] ~0.49 ms and per layer
   gate + up ~0.30 ms, down ~0.23 ms, q/k/v/o ~0.14 ms -- YNNPACK matmuls at 75-135 GFLOP/s with
   the 24 MB of weights streamed from L3 every step (the same shapes with L2-resident weights:
@@ -305,12 +338,8 @@ no model call, and a module's graph is split once per structure (time to first t
 1: 9.1 -> 3.7 ms; batch 32: 43 -> 29 ms). Tried and dropped: one fused q/k/v matmul (within
 noise), unique-index scatters or a single-index ring-buffer write for the KV cache (no gain),
 attending over the new key separately from the cache (the cache was then copied every step).
-<!-- END sampler -->"""
-    text = DOCS.read_text() if DOCS.exists() else "# Benchmarks\n"
-    pattern = re.compile(r"<!-- BEGIN sampler -->.*?<!-- END sampler -->", re.S)
-    text = pattern.sub(lambda _: body, text) if pattern.search(text) else \
-        text.rstrip("\n") + "\n\n" + body + "\n"
-    DOCS.write_text(text)
+"""
+    docsection.write_section("sampler", body, str(DOCS), record=record)
 
 
 if __name__ == "__main__":

@@ -24,6 +24,16 @@ def test_demo_quick_writes_report_and_checkpoints_evaluate(tmp_path, capsys):
     assert os.path.exists(os.path.join(out, "plots", "relay.png"))
     base = json.load(open(os.path.join(out, "base", "eval.json")))
     assert 0.0 <= base["avg_at_n"] <= 1.0
+    # the run's result record: measured, with the load it ran under and the per-seed results
+    from tseeds_jax import results_record
+
+    rec = results_record.load(os.path.join(out, "demo_record.json"))
+    assert rec["kind"] == "measured" and rec["command"].startswith("tseeds demo --quick")
+    assert rec["values"]["wall_s"]["value"] > 0 and len(rec["machine"]["load_avg_start"]) == 3
+    assert rec["values"]["base_pass1"]["value"] == round(100 * base["avg_at_n"], 1)
+    assert len(rec["values"]["dapo_pass1_per_seed"]["value"]) == 1
+    # a quick run is not the recorded 100-step experiment: no "with more seeds" comparison
+    assert json.load(open(os.path.join(out, "demo.json")))["reference"] is None
     res = str(tmp_path / "eval.json")
     assert cli.main(["eval", os.path.join(out, "runs", "dapo", "seed0"), "--n", "2",
                      "--problems", "4", "--relay-early", os.path.join(out, "base"),

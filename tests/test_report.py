@@ -45,7 +45,9 @@ def test_report_puts_any_methods_side_by_side(tmp_path):
     for section in SECTIONS:
         assert section in text
     assert "M2PO (future config)" in text and "On-policy DAPO" in text
-    assert "**exceeds**" in text  # 20 points apart with ~1 point seed spread
+    # 20 points apart with ~1 point seed spread: significant, and kept by Holm (one comparison)
+    assert "it **stays significant** after Holm's correction" in text
+    assert "(p=0.00; Holm: yes) |" in text
     for name in ("accuracy.png", "pass_at_k.png", "profiles.png"):
         assert os.path.getsize(os.path.join(root, "plots", name)) > 1000
 
@@ -107,8 +109,8 @@ def test_report_compares_with_the_fair_baseline(tmp_path):
     ratio = next(line for line in fair.splitlines() if line.startswith("- TS_RATIO vs"))
     entropy = next(line for line in fair.splitlines() if line.startswith("- TS_ENTROPY vs"))
     _, p_ratio, _ = welch(accs["ts_ratio"], accs["dapo_minibatch"])
-    assert f"p={p_ratio:.2f}" in ratio and "**within**" in ratio
-    assert "**exceeds**" in entropy
+    assert f"p={p_ratio:.2f} uncorrected; Holm: no" in ratio and "**within**" in ratio
+    assert "Holm: yes" in entropy and "**exceeds**" in entropy
     assert "- DAPO vs DAPO_MINIBATCH" not in fair
 
 
@@ -155,7 +157,10 @@ def test_seed_section_reports_zero_advantage_split_and_calibration():
     cells = [c.strip() for c in row.split("|")[1:-1]]
     assert cells[2] == f"{100 * vals.mean():.1f} ± {100 * half:.1f}"
     d = stats.ttest_ind(vals, [0.4, 0.5], equal_var=False)
-    assert cells[3] == f"{100 * (vals.mean() - 0.45):+.1f} (p={d.pvalue:.2f})"
+    lo, hi = d.confidence_interval(0.95)
+    kept = d.pvalue < 0.05  # a family of one comparison: Holm is the plain test
+    assert cells[3] == (f"{100 * (vals.mean() - 0.45):+.1f} ± {100 * (hi - lo) / 2:.1f} "
+                        f"(p={d.pvalue:.2f}; Holm: {'yes' if kept else 'no'})")
     assert cells[4].startswith(f"{100 * np.mean([0.3, 0.32]):.1f} ± ")  # on-policy batches
     assert cells[5].startswith(f"{100 * np.mean([0.1, 0.12]):.1f} ± ")  # seeded batches
     seed_row = next(x for x in lines if x.startswith("| Adaptive | 60.0"))

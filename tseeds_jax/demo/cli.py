@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import os
 import shlex
 import sys
 import time
@@ -32,6 +33,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="default: chains of 4-5 terms; hard: 8-9 terms, base pass@1 at most 10%%")
     p.add_argument("--resume", action="store_true",
                    help="keep runs under --out that finished with the same settings and base")
+    p.add_argument("--record", default=None,
+                   help="where to write the run's result record (default DIR/demo_record.json; "
+                        "docs/results/ holds the ones the docs print)")
     p.add_argument("--methods", default=None,
                    help="comma-separated methods to run (default dapo,ts_ratio,ts_mixture,"
                         "ts_mixture_spread; also: ts_adaptive, ts_entropy, dapo_minibatch)")
@@ -67,12 +71,42 @@ def main(argv: list[str]) -> int:
             return 2
         dc = dataclasses.replace(dc, methods=names)
     command = "tseeds demo " + " ".join(shlex.quote(a) for a in argv)
+    from tseeds_jax import results_record
+
+    load0, cpu0 = results_record.machine()["load_avg"], os.times()
     t0 = time.perf_counter()
     out = run_demo(dc, command=command.strip(), resume=args.resume)
     path = write_report(dc.out)
-    print(f"[demo] done in {time.perf_counter() - t0:.0f}s; report: {path}")
+    wall = time.perf_counter() - t0
+    record = _record(dc, command.strip(), out, wall, load0, cpu0,
+                     args.record or os.path.join(dc.out, "demo_record.json"))
+    print(f"[demo] done in {wall:.0f}s; report: {path}; record: {record}")
     for method, rows in out["results"].items():
         vals = ", ".join(f"{100 * r['avg']:.1f}" for r in rows)
         print(f"[demo]   {method}: held-out pass@1 per seed {vals} "
               f"(base {100 * out['base'].avg:.1f})")
     return 0
+
+
+def _record(dc, command: str, out, wall_s: float, load0, cpu0, path: str) -> str:
+    """The run as a result record (kind "measured"): wall time with the load average at start and
+    end and the process's CPU time, since other jobs sharing the cores stretch the wall time;
+    the base's and every method's held-out pass@1 per seed."""
+    from tseeds_jax import results_record
+
+    cpu1 = os.times()
+    info = results_record.machine()
+    info["load_avg_start"], info["load_avg_end"] = load0, info.pop("load_avg")
+    values = {"wall_s": {"value": round(wall_s, 1), "unit": "s"},
+              "cpu_s": {"value": round((cpu1.user + cpu1.system) - (cpu0.user + cpu0.system), 1),
+                        "unit": "s (user + system, this process)"},
+              "base_pass1": {"value": round(100 * out["base"].avg, 1), "unit": "%"}}
+    for method, rows in out["results"].items():
+        values[f"{method}_pass1_per_seed"] = {"value": [round(100 * r["avg"], 1) for r in rows],
+                                              "unit": "%"}
+    name = os.path.splitext(os.path.basename(path))[0]
+    rec = results_record.make(
+        name, f"tseeds demo (task {dc.task_name}, methods {','.join(dc.methods)}, "
+        f"{len(dc.seeds)} training seed(s), {dc.rl_steps} RL steps): wall time and held-out "
+        "pass@1", "measured", command, backend="cpu", values=values, machine_info=info)
+    return results_record.write(path, rec)

@@ -23,6 +23,7 @@ import jax
 import numpy as np
 
 from tseeds_jax.data.compact_arith import CompactChainSum
+from tseeds_jax.demo import reference
 from tseeds_jax.demo.warmstart import SplitSource, WarmStartConfig, warm_start
 from tseeds_jax.eval.evaluate import EvalResult, Problem, evaluate, reward_score_fn
 from tseeds_jax.eval.problems import EVAL_SPLIT_SEED, held_out_problems
@@ -413,6 +414,7 @@ def run_demo(dc: DemoConfig, *, command: str = "", log=print, resume: bool = Fal
     demo = {"command": command, "task": dc.task_name, "methods": [m.name for m in methods],
             "baseline": "dapo",
             "fair_baseline": "dapo_minibatch",
+            "reference": reference.for_run(dc.task_name, [m.name for m in methods], dc.rl_steps),
             "timings": timings,
             "setup": {
                 "task": f"compact chain sums {dc.task_params}, held-out split by prompt hash",

@@ -93,17 +93,20 @@ def _fair_baseline_verdicts(methods: dict[str, list[RunData]], fair: str | None,
     if len(fair_vals) < 2:
         return []
     label = methods[fair][0].label
+    others = {m: _final_values(rs) for m, rs in methods.items()
+              if m not in (fair, baseline) and len(_final_values(rs)) >= 2}
+    tests = {m: welch(vals, fair_vals) for m, vals in others.items()}
+    kept = dict(zip(tests, seed_report.holm([t[1] for t in tests.values()]), strict=True))
     lines = [f"Against the fair on-policy baseline ({label}, {len(fair_vals)} seeds, "
-             f"{_pm(*t_interval(fair_vals))}):", ""]
-    for method, rs in methods.items():
-        vals = _final_values(rs)
-        if method in (fair, baseline) or len(vals) < 2:
-            continue
-        diff, p, sig = welch(vals, fair_vals)
-        lines.append(f"- {rs[0].label} vs {label}: {100 * diff:+.1f} points (Welch p={p:.2f}); "
-                     + ("**exceeds** the seed-to-seed spread." if sig else
-                        "**within** the seed-to-seed spread: not shown better than the fair "
-                        "baseline."))
+             f"{_pm(*t_interval(fair_vals))}; Holm's correction over these {len(tests)} "
+             "comparisons, a family of their own):", ""]
+    for method, (diff, p, _) in tests.items():
+        lines.append(f"- {methods[method][0].label} vs {label}: {100 * diff:+.1f} points (Welch "
+                     f"p={p:.2f} uncorrected; Holm: {'yes' if kept[method] else 'no'}); "
+                     + ("**exceeds** the seed-to-seed spread after the correction."
+                        if kept[method] else
+                        "**within** the seed-to-seed spread after the correction: not shown "
+                        "better or worse than the fair baseline."))
     return lines + [""]
 
 
@@ -181,31 +184,33 @@ def write_report(root: str, *, out: str | None = None) -> str:
 
     # ---- final accuracy ----
     lines += [SECTIONS[2], ""]
-    base_vals = _final_values(methods.get(baseline, [])) if baseline else []
+    accs = {m: _final_values(rs) for m, rs in methods.items() if _final_values(rs)}
+    verdict_of = (seed_report.accuracy_verdicts(accs, baseline)
+                  if baseline in accs else {})
     lines += ["| method | seeds | final avg@n (95% CI) | per seed | vs base | "
-              f"vs {methods[baseline][0].label if baseline in methods else 'baseline'} (Welch p) |",
-              "|---|---|---|---|---|---|"]
+              f"vs {methods[baseline][0].label if baseline in methods else 'baseline'} "
+              "(uncorrected Welch p; Holm) |", "|---|---|---|---|---|---|"]
     verdicts = []
-    for method, rs in methods.items():
-        vals = _final_values(rs)
-        if not vals:
-            continue
+    for method, vals in accs.items():
+        rs = methods[method]
         mean, half = t_interval(vals)
         per_seed = ", ".join(_pct(v) for v in vals)
         vs_base = f"{100 * (mean - base_avg):+.1f}" if base_avg is not None else "n/a"
-        if method == baseline or not base_vals:
-            vs_bl = "—"
+        v = verdict_of.get((method, baseline))
+        if method == baseline or v is None:
+            vs_bl = "—" if method == baseline else f"{100 * (mean - np.mean(accs[baseline])):+.1f}" \
+                if baseline in accs else "—"
         else:
-            diff, p, sig = welch(vals, base_vals)
-            vs_bl = f"{100 * diff:+.1f} (p={p:.2f})" if math.isfinite(p) else f"{100 * diff:+.1f}"
-            spread = max(np.std(vals, ddof=1) if len(vals) > 1 else 0.0,
-                         np.std(base_vals, ddof=1) if len(base_vals) > 1 else 0.0)
+            diff, _, p, kept = v
+            vs_bl = f"{100 * diff:+.1f} (p={p:.2f}; Holm: {'yes' if kept else 'no'})"
             verdicts.append(
                 f"- {rs[0].label} vs {methods[baseline][0].label}: difference "
-                f"{100 * diff:+.1f} points, seed-to-seed std up to {100 * spread:.1f} points; "
-                + ("the difference **exceeds** the seed-to-seed spread (Welch t-test p < 0.05)."
-                   if sig else "the difference is **within** the seed-to-seed spread "
-                   "(Welch t-test p ≥ 0.05, or too few seeds): no method is shown better."))
+                f"{100 * diff:+.1f} points, Welch p = {p:.2f} uncorrected; "
+                + ("it **stays significant** after Holm's correction over "
+                   f"{seed_report.family_note(accs, baseline)}."
+                   if kept else "**not shown** after Holm's correction over "
+                   f"{seed_report.family_note(accs, baseline)}"
+                   + (" (p < 0.05 only before it)." if p < 0.05 else ".")))
         lines.append(f"| {rs[0].label} | {len(vals)} | {_pm(mean, half)} | {per_seed} | "
                      f"{vs_base} | {vs_bl} |")
     lines.append("")
@@ -343,7 +348,8 @@ def write_report(root: str, *, out: str | None = None) -> str:
         lines.append("")
     else:
         lines += ["(no baseline step times)", ""]
-    lines += seed_report.section(SECTIONS[8], methods, baseline, _refresh_interval)
+    lines += seed_report.section(SECTIONS[8], methods, baseline, _refresh_interval,
+                                 recorded=demo.get("reference"))
     if demo.get("timings"):
         lines += ["Wall-clock of the demo phases (s): "
                   + ", ".join(f"{k} {v:.0f}" for k, v in demo["timings"].items()), ""]

@@ -1,7 +1,8 @@
 """The report's section on group signal and seed selection (read from the runs' metrics.jsonl).
 
 Per method: the share of all-equal (zero-advantage) groups, split by on-policy and seeded
-batches, with 95% intervals over training seeds and a Welch test against the baseline; how the
+batches, with 95% intervals over training seeds and a Welch test against the baseline, each
+difference with Holm's verdict over its family beside the uncorrected p; how the
 seeds were cut (cut ratio, empty seeds, seeds from successful rollouts, fallbacks). For adaptive
 selectors, the value model's calibration: predicted vs realised continuation success per
 predicted-success bin and per refresh cycle (docs/adaptive_seeds.md).
@@ -13,7 +14,7 @@ import math
 
 import numpy as np
 
-from tseeds_jax.eval.rundata import RunData, t_interval, welch
+from tseeds_jax.eval.rundata import RunData, t_interval
 
 TAIL_STEPS = 20  # "late" zero-advantage share: the last this many steps of a run
 REFERENCE = "ts_ratio"  # the second reference of the comparison table (the fixed ratio rule)
@@ -36,13 +37,41 @@ def welch_interval(a, b) -> tuple[float, float, float]:
     return diff, float(stats.t.ppf(0.975, df) * np.sqrt(va + vb)), float(2 * stats.t.sf(abs(t), df))
 
 
-def _diff_cell(vals, ref) -> str:
+def holm(pvalues: list[float], alpha: float = 0.05) -> list[bool]:
+    """Holm's step-down correction over one family of tests: sort the p-values, compare the
+    i-th smallest (i from 0) with alpha / (m - i) and stop at the first that fails; a test is
+    kept (True) only if it and every smaller p passed. nan p-values (too few seeds) are never
+    kept and do not count in m."""
+    order = sorted((p, i) for i, p in enumerate(pvalues) if math.isfinite(p))
+    kept = [False] * len(pvalues)
+    for rank, (p, i) in enumerate(order):
+        if p > alpha / (len(order) - rank):
+            break
+        kept[i] = True
+    return kept
+
+
+def _welch_ok(vals, ref):
     vals, ref = ([v for v in x if math.isfinite(v)] for x in (vals, ref))
     if len(vals) < 2 or len(ref) < 2:
+        return None
+    return welch_interval(vals, ref)
+
+
+def _family(pairs: dict[tuple[str, str], tuple | None]) -> dict[tuple[str, str], bool]:
+    """Holm verdicts over one family: {(method, against): kept}, from the Welch triples."""
+    keys = [k for k, v in pairs.items() if v is not None]
+    return dict(zip(keys, holm([pairs[k][2] for k in keys]), strict=True))
+
+
+def _diff_cell(res, kept: bool | None) -> str:
+    """diff ± half (p=...; Holm: yes|no); bold only where the difference stays significant
+    after Holm's correction and its interval excludes zero."""
+    if res is None:
         return "—"
-    d, h, p = welch_interval(vals, ref)
-    mark = "**" if p < 0.05 and abs(d) > h else ""
-    return f"{mark}{100 * d:+.1f} ± {100 * h:.1f} (p={p:.2f}){mark}"
+    d, h, p = res
+    mark = "**" if kept and abs(d) > h else ""
+    return f"{mark}{100 * d:+.1f} ± {100 * h:.1f} (p={p:.2f}; Holm: {'yes' if kept else 'no'}){mark}"
 
 
 def _informative_calibration(rs: list[RunData]) -> str:
@@ -55,33 +84,85 @@ def _informative_calibration(rs: list[RunData]) -> str:
     return f"{100 * pred / n:.1f} → {100 * real / n:.1f} ({int(n)})"
 
 
+def accuracy_pairs(methods: list[str], baseline: str, reference: str) -> list[tuple[str, str]]:
+    """The accuracy family: every method against the baseline, and every other method against
+    the reference; the baseline-vs-reference pair once. 5 methods: 4 + 3 = 7 comparisons."""
+    pairs = [(m, baseline) for m in methods if m != baseline]
+    return pairs + [(m, reference) for m in methods if m not in (baseline, reference)]
+
+
 def comparison(methods: dict[str, list[RunData]], baseline: str | None,
-               reference: str = REFERENCE) -> list[str]:
+               reference: str = REFERENCE, recorded: dict | None = None) -> list[str]:
     """One table: final held-out pass@1 and the seeded batches' all-equal share, each against
     the baseline (on-policy) and the reference (ratio rule): difference, 95% Welch interval,
-    Welch p; bold where p < 0.05 and the interval excludes zero. Calibration on informative
-    predictions only (mean predicted → realised, samples)."""
+    uncorrected Welch p and Holm's verdict over the table's family (accuracy: `accuracy_pairs`;
+    all-equal: each seeded method against the reference); bold where Holm keeps it and the
+    interval excludes zero. Calibration on informative predictions only (mean predicted →
+    realised, samples). `recorded`: a run with more seeds of the same experiment
+    (`{"label", "pass1": {method: [per seed]}}`, demo.json's "reference"), against which each
+    accuracy difference with p < 0.05 here is checked."""
     if baseline not in methods or reference not in methods:
         return []
     acc = {m: [float(r.final["avg_at_n"]) for r in rs if r.final] for m, rs in methods.items()}
     zs = {m: [_run_mean(r, "zero_adv_group_frac/seeded") for r in rs] for m, rs in methods.items()}
+    acc_pairs = {k: _welch_ok(acc[k[0]], acc[k[1]])
+                 for k in accuracy_pairs(list(methods), baseline, reference)}
+    z_pairs = {(m, reference): _welch_ok(zs[m], zs[reference]) for m in methods
+               if m not in (baseline, reference)}
+    acc_kept, z_kept = _family(acc_pairs), _family(z_pairs)
+    n_acc = sum(v is not None for v in acc_pairs.values())
+    n_z = sum(v is not None for v in z_pairs.values())
     b, ref = methods[baseline][0].label, methods[reference][0].label
+
+    def acc_cell(m, against):
+        key = (m, against) if (m, against) in acc_pairs else (against, m)
+        res = acc_pairs.get(key)
+        if res is not None and key != (m, against):  # the pair is stored the other way round
+            res = (-res[0], res[1], res[2])
+        return _diff_cell(res, acc_kept.get(key))
+
     lines = [f"Comparison: each method against {b} and against {ref}: difference of the means, "
-             "± the half-width of its 95% Welch interval, two-sided Welch p; **bold** where "
-             "p < 0.05 and the interval excludes zero. Final pass@1: held-out, per run; all-equal: "
-             "share of seeded groups with one reward for all samples, mean over a run's seeded "
-             "steps; calibration: informative predictions only (strictly between 0 and 1), "
-             "mean predicted → realised success (samples).", "",
+             "± the half-width of its 95% Welch interval, two-sided Welch p (uncorrected) and "
+             f"Holm's verdict at 5% over the family (final pass@1: the {n_acc} different "
+             f"comparisons of its two columns; all-equal: the {n_z} against {ref}); **bold** "
+             "where Holm keeps it and the interval excludes zero. Final pass@1: held-out, per "
+             "run; all-equal: share of seeded groups with one reward for all samples, mean over "
+             "a run's seeded steps; calibration: informative predictions only (strictly between "
+             "0 and 1), mean predicted → realised success (samples).", "",
              f"| method | seeds | final pass@1 | vs {b} | vs {ref} | all-equal seeded groups | "
              f"vs {ref} | calibration |", "|---|---|---|---|---|---|---|---|"]
     for m, rs in methods.items():
         lines.append(
             f"| {rs[0].label} | {len(acc[m])} | {_ci(acc[m])} | "
-            f"{_diff_cell(acc[m], acc[baseline]) if m != baseline else '—'} | "
-            f"{_diff_cell(acc[m], acc[reference]) if m != reference else '—'} | {_ci(zs[m])} | "
-            f"{_diff_cell(zs[m], zs[reference]) if m != reference else '—'} | "
+            f"{acc_cell(m, baseline) if m != baseline else '—'} | "
+            f"{acc_cell(m, reference) if m != reference else '—'} | {_ci(zs[m])} | "
+            f"{_diff_cell(z_pairs.get((m, reference)), z_kept.get((m, reference)))} | "
             f"{_informative_calibration(rs)} |")
-    return lines + [""]
+    lines.append("")
+    return lines + _against_recorded(methods, acc, acc_pairs, recorded)
+
+
+def _against_recorded(methods, acc, acc_pairs, recorded) -> list[str]:
+    """For each accuracy difference with uncorrected p < 0.05 here: the same comparison in a
+    recorded run with more training seeds of the same experiment, and whether it held there."""
+    pass1 = (recorded or {}).get("pass1") or {}
+    found = {k: v for k, v in acc_pairs.items() if v is not None and v[2] < 0.05}
+    seeds = min((len(acc[m]) for m in methods), default=0)
+    if not found or not pass1 or seeds >= min(len(v) for v in pass1.values()):
+        return []
+    out = [f"With more training seeds ({recorded['label']}; recorded values, not this run's "
+           "unless the seeds and the CPU are the same):", ""]
+    for (m, against), (d, _, p) in found.items():
+        if m not in pass1 or against not in pass1:
+            continue
+        rd, rh, rp = welch_interval([v / 100 for v in pass1[m]], [v / 100 for v in pass1[against]])
+        held = rp < 0.05 and abs(rd) > rh and (rd > 0) == (d > 0)
+        out.append(f"- {methods[m][0].label} vs {methods[against][0].label}: "
+                   f"{100 * d:+.1f} here (p={p:.2f}, {seeds} seeds); with "
+                   f"{len(pass1[m])} seeds {100 * rd:+.1f} ± {100 * rh:.1f} (p={rp:.2f}): "
+                   + ("it held." if held else f"**it did not hold at {len(pass1[m])} seeds**; "
+                      "do not read this difference as a result."))
+    return out + [""] if len(out) > 2 else []
 
 
 def _run_mean(run: RunData, key: str, steps: slice = slice(None)) -> float:
@@ -97,12 +178,22 @@ def _ci(vals: list[float]) -> str:
     return f"{100 * mean:.1f}" + (f" ± {100 * half:.1f}" if math.isfinite(half) else "")
 
 
-def _welch(vals, base) -> str:
-    vals, base = ([v for v in x if math.isfinite(v)] for x in (vals, base))
-    if len(vals) < 2 or len(base) < 2:
-        return "—"
-    diff, p, _ = welch(vals, base)
-    return f"{100 * diff:+.1f} (p={p:.2f})"
+def family_note(acc: dict[str, list[float]], baseline: str, reference: str = REFERENCE) -> str:
+    """The accuracy family in words, as the report states it once per verdict."""
+    ref = reference if reference in acc else baseline
+    n = len(accuracy_pairs(list(acc), baseline, ref))
+    return (f"the report's {n} accuracy comparisons (each method against {baseline}"
+            + (f" and against {reference})" if ref != baseline else ")"))
+
+
+def accuracy_verdicts(acc: dict[str, list[float]], baseline: str,
+                      reference: str = REFERENCE) -> dict[tuple[str, str], tuple]:
+    """{(method, against): (diff, half, p, Holm kept)} over the accuracy family
+    (`accuracy_pairs`; without the reference, each method against the baseline only)."""
+    ref = reference if reference in acc else baseline
+    pairs = {k: _welch_ok(acc[k[0]], acc[k[1]]) for k in accuracy_pairs(list(acc), baseline, ref)}
+    kept = _family(pairs)
+    return {k: (*v, kept[k]) for k, v in pairs.items() if v is not None}
 
 
 def _sum_lists(rows: list[list[float]]) -> np.ndarray:
@@ -110,28 +201,33 @@ def _sum_lists(rows: list[list[float]]) -> np.ndarray:
 
 
 def section(title: str, methods: dict[str, list[RunData]], baseline: str | None,
-            refresh_interval_of) -> list[str]:
+            refresh_interval_of, recorded: dict | None = None) -> list[str]:
     """Markdown lines. `refresh_interval_of(run)`: T of a run (cycles of the calibration table)."""
     lines = [title, ""]
     if not any(r.metrics for rs in methods.values() for r in rs):
         return lines + ["(no training metrics)", ""]
     base_label = methods[baseline][0].label if baseline in methods else None
     zero = {m: [_run_mean(r, "zero_adv_group_frac") for r in rs] for m, rs in methods.items()}
+    vs_base = {(m, baseline): _welch_ok(zero[m], zero[baseline]) for m in methods
+               if baseline in methods and m != baseline}
+    kept = _family(vs_base)
     lines += ["All-equal groups (every sample of the prompt got the same reward, so the group's "
               "advantages are zero and it carries no gradient), mean share over each run's "
               "steps, before DAPO's group filter; 95% intervals over training seeds"
-              + (f", difference vs {base_label} with Welch p" if base_label else "") + ".", "",
+              + (f", difference vs {base_label} with its 95% Welch interval, uncorrected p and "
+                 f"Holm's verdict over the column's {sum(v is not None for v in vs_base.values())} "
+                 "comparisons" if base_label else "") + ".", "",
               "| method | seeds | all batches | vs baseline | on-policy batches | seeded batches | "
               f"last {TAIL_STEPS} steps |", "|---|---|---|---|---|---|---|"]
     for m, rs in methods.items():
         lines.append(
             f"| {rs[0].label} | {len(rs)} | {_ci(zero[m])} | "
-            f"{_welch(zero[m], zero.get(baseline, [])) if m != baseline else '—'} | "
+            f"{_diff_cell(vs_base.get((m, baseline)), kept.get((m, baseline)))} | "
             f"{_ci([_run_mean(r, 'zero_adv_group_frac/onpolicy') for r in rs])} | "
             f"{_ci([_run_mean(r, 'zero_adv_group_frac/seeded') for r in rs])} | "
             f"{_ci([_run_mean(r, 'zero_adv_group_frac', slice(-TAIL_STEPS, None)) for r in rs])} |")
     lines.append("")
-    lines += comparison(methods, baseline)
+    lines += comparison(methods, baseline, recorded=recorded)
 
     seeded = {m: rs for m, rs in methods.items()
               if any("seeds/cut_ratio_mean" in x for r in rs for x in r.metrics)}

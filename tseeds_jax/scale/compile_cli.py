@@ -19,6 +19,10 @@ code is then non-zero (2: bad input, 1: does not fit).
 what a step needs; a run gets the same schedule with
 LIBTPU_INIT_ARGS=--xla_tpu_scheduler_percent_shared_memory_limit=P.
 
+--record PATH writes the summary and the per-program table as a result record
+(tseeds_jax.results_record, kind "compile-only bound": nothing ran on a TPU), the file the docs'
+tables are rendered from (python -m tseeds_jax.results_render).
+
 --check DIR tells a launch whether it runs what was compiled into DIR: with the flags the compile
 had, it lowers (no compile: fast) the programs of DIR/manifest.json for this config and code, and
 compares the config, the topology (default: from the config, else DIR's), jax / jaxlib / libtpu
@@ -52,6 +56,9 @@ def _parse(argv: list[str]):
                              "may fill (its xla_tpu_scheduler_percent_shared_memory_limit; 0: "
                              "libtpu's default, 95)", flag_values=fv)
         flags.DEFINE_bool("json", False, "print JSON", flag_values=fv)
+        flags.DEFINE_string("record", None, "also write the result as a result record (JSON, "
+                            "kind 'compile-only bound') to this path, e.g. "
+                            "docs/results/NAME.json (tseeds_jax.results_record)", flag_values=fv)
 
     return config_flags_cli.parse("tseeds compile", __doc__, argv, define)
 
@@ -94,10 +101,13 @@ def markdown(res, plan=None) -> str:
     if plan is not None:
         lines.append(plan_line(res, plan))
     if "learner_roofline_s" in s:
-        lines.append(f"learner update roofline: {s['learner_roofline_s']:.3f} s, MFU bound "
-                     f"{s['learner_mfu_bound']:.2f}; with collectives ({s['learner_ici_s']:.3f} s "
-                     f"ICI): overlapped {s['learner_roofline_ici_overlapped_s']:.3f} s, serial "
-                     f"{s['learner_roofline_ici_serial_s']:.3f} s, MFU bound (serial) "
+        # executed FLOPs (remat's recompute included) / peak over the roofline time: 1.00 means
+        # compute-bound, not 100% model FLOPs utilisation, so it is not called MFU
+        lines.append(f"learner update roofline: {s['learner_roofline_s']:.3f} s, compute-bound "
+                     f"fraction {s['learner_mfu_bound']:.2f}; with collectives "
+                     f"({s['learner_ici_s']:.3f} s ICI): overlapped "
+                     f"{s['learner_roofline_ici_overlapped_s']:.3f} s, serial "
+                     f"{s['learner_roofline_ici_serial_s']:.3f} s, compute-bound fraction (serial) "
                      f"{s['learner_mfu_bound_ici_serial']:.2f} ({s['chip']}: {s['chip_source']})")
     if "decode_step_roofline_s" in s:
         lines.append(f"decode step roofline: {s['decode_step_roofline_s'] * 1e3:.2f} ms; decode "
@@ -201,12 +211,49 @@ def main(argv: list[str]) -> int:
         print(json.dumps(out, indent=1, default=str))
     else:
         print(markdown(res, plan))
+    if fv.record:
+        _write_record(fv.record, res, argv)
+        progress(f"wrote the result record {fv.record}")
     if not res.fits:
         return 1
     if fv.out:
         compile_manifest.write(fv.out, fv.config, res)
         progress(f"wrote {fv.out}/manifest.json and {len(res.compiled)} executables")
     return 0
+
+
+_UNITS = (("_bytes", "bytes per device"), ("_s", "s"), ("tokens_per_s_per_chip", "tokens/s/chip"),
+          ("_share", "fraction"), ("_fraction", "fraction"), ("mfu_bound", "fraction"))
+
+
+def _write_record(path: str, res, argv: list[str]) -> None:
+    """The summary's numbers (one value each; nested ones flattened as a.b) and the per-program
+    table as a result record of kind "compile-only bound"."""
+    import os
+
+    from tseeds_jax import results_record
+
+    values = {}
+
+    def put(key, v):
+        if isinstance(v, dict):
+            for k, x in v.items():
+                put(f"{key}.{k}" if key else str(k), x)
+        elif isinstance(v, int | float) and not isinstance(v, bool):
+            unit = next((u for suffix, u in _UNITS if key.endswith(suffix)), "")
+            values[key.replace(".", "__")] = {"value": v, "unit": unit}
+
+    put("", res.summary())
+    rows = [[c.name, c.phase, _gib(c.peak), f"{c.flops / 1e12:.3g}", f"{c.bytes_accessed / 1e9:.3g}",
+             f"{c.ici_bytes / 1e9:.3g}", f"{c.compile_s:.0f}"] for c in res.compiled]
+    rec = results_record.make(
+        os.path.splitext(os.path.basename(path))[0],
+        f"programs of a training step compiled for {res.target.topology} (libtpu, compile only)",
+        "compile-only bound", "tseeds compile " + " ".join(argv), backend="tpu (compile-only)",
+        values=values, table={"columns": ["program", "phase", "peak GiB", "TFLOP", "GB accessed",
+                                          "GB collectives", "compile s"], "rows": rows},
+        note="rooflines and bounds from the compiled HLO (hlo_cost); nothing ran on a TPU")
+    results_record.write(path, rec)
 
 
 def _check(fv, only) -> int:

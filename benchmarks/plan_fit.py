@@ -1,0 +1,84 @@
+"""The fit table of docs/scale.md ("Paper-scale configs"): `tseeds plan --json` for every variant
+of the three paper-scale configs as shipped (sampler placement "decode"), written as the result
+record docs/results/plan_fit_paper_variants.json (kind "estimate": the memory planner's model;
+tests/test_doc_numbers.py re-renders the doc's table from it), and the checkpointed train state
+of each model (float32 master parameters + AdamW's two float32 moments: 12 bytes per parameter,
+as the paper configs keep them) as docs/results/checkpoint_state_size.json (kind "estimate").
+
+    python benchmarks/plan_fit.py            # ~1 min on 2 cores: one planner process per variant
+    python benchmarks/plan_fit.py --no-write
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+
+VARIANTS = ("qwen25_math_7b_dapo17k:tpu", "qwen25_math_7b_dapo17k:gpu",
+            "r1_distill_qwen_1p5b_openr1:tpu", "r1_distill_qwen_1p5b_openr1:gpu",
+            "qwen3_4b_thinking_code:tpu", "qwen3_4b_thinking_code:gpu")
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+GIB = 1 << 30
+
+
+def plan(variant: str) -> dict:
+    name, _, var = variant.partition(":")
+    arg = f"configs/{name}.py" + (f":{var}" if var == "gpu" else "")
+    out = subprocess.run([sys.executable, "-c", "import sys; from tseeds_jax.cli import main; "
+                          "sys.exit(main(sys.argv[1:]))", "plan", "--config", arg, "--json"],
+                         cwd=ROOT, capture_output=True, text=True)
+    if out.returncode not in (0, 1):  # 1 = does not fit: still a plan
+        raise SystemExit(f"tseeds plan --config {arg}: exit {out.returncode}: {out.stderr[-400:]}")
+    return json.loads(out.stdout)
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--no-write", action="store_true", help="print only")
+    a = p.parse_args(argv)
+    rows, values, sizes = [], {}, {}
+    for v in VARIANTS:
+        d = plan(v)
+        params = next(t["note"] for t in d["terms"] if t["name"] == "parameters")
+        billions = float(re.match(r"([\d.]+)B params", params).group(1))
+        model = v.split(":")[0]
+        # 4 B float32 master + 2 x 4 B AdamW moments per parameter (docs/scale.md, memory model)
+        sizes[model] = {"value": int(round(billions * 12)), "unit": "GB (1e9 bytes)"}
+        ph = d["phases"]
+        res = ph["resident"]
+        cells = [f"{(res + ph[k]) / GIB:.1f}" for k in ("learner", "sampler", "stats")]
+        peak = d["peak_bytes"] / GIB
+        rows.append([f"{v} ({d['accelerator']})", f"{d['usable_bytes'] / GIB:.1f}", *cells,
+                     f"{'fits' if d['fits'] else 'does not fit'} ({peak:.1f}, {d['peak_phase']})"])
+        values[v.replace(":", "_") + "_peak"] = {"value": round(peak, 1), "unit": "GiB/device"}
+        print(" | ".join(rows[-1]), flush=True)
+    sys.path.insert(0, ROOT)
+    from tseeds_jax import results_record
+
+    rec = results_record.make(
+        "plan_fit_paper_variants", "planned peak HBM per device of the paper-scale variants, "
+        "sampler placement 'decode' as shipped", "estimate",
+        "python benchmarks/plan_fit.py", backend="none (planner model, no program compiled)",
+        values=values, table={"columns": ["config:variant (target)", "HBM usable GiB",
+                                          "resident + learner", "resident + sampler (decode)",
+                                          "resident + stats", "peak"], "rows": rows})
+    ckpt = results_record.make(
+        "checkpoint_state_size", "checkpointed train state per model: float32 parameters + "
+        "AdamW mu and nu in float32 (12 bytes per parameter; parameter counts from tseeds plan)",
+        "estimate", "python benchmarks/plan_fit.py", backend="none (arithmetic)", values=sizes,
+        stale={"qwen25_math_7b_dapo17k": ["about 71 GB"], "qwen3_4b_thinking_code": ["about 40 GB"],
+               "r1_distill_qwen_1p5b_openr1": ["about 15 GB"]})
+    print(sizes)
+    if not a.no_write:
+        for r in (rec, ckpt):
+            print(results_record.write(os.path.join(ROOT, "docs", "results",
+                                                    f"{r['name']}.json"), r))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,168 @@
+"""Renders the tables and inline figures of README.md and docs/*.md from docs/results/*.json.
+
+    python -m tseeds_jax.results_render            # rewrite every marked table and figure
+    python -m tseeds_jax.results_render --check    # exit 1 listing what differs (nothing written)
+
+Markers in a document:
+
+  <!-- BEGIN table:NAME -->             the table of record NAME (its `table` field) and one line
+  ...                                   of provenance (kind, command, date, commit, machine);
+  <!-- END table:NAME -->               everything between the markers is replaced
+  <!-- fig:NAME.KEY -->X<!-- /fig -->   X = value KEY of record NAME, as `fmt_value` prints it
+
+A record's `stale` field lists the printed forms that an older figure had (e.g. the 7B decode
+bound before the decode layout): `check` reports any of them found in a document outside the
+record's own table. Records are read with `tseeds_jax.results_record.load` (JAX-free).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+from typing import Any
+
+from tseeds_jax.results_record import load_all
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+_TABLE = re.compile(r"(<!-- BEGIN table:(?P<name>[\w.-]+) -->\n)(?P<body>.*?)(<!-- END table:"
+                    r"(?P=name) -->)", re.S)
+_FIG = re.compile(r"(<!-- fig:(?P<name>[\w-]+)\.(?P<key>[\w-]+) -->)(?P<text>.*?)(<!-- /fig -->)",
+                  re.S)
+
+
+def documents(root: str = ROOT) -> list[str]:
+    """README.md and docs/*.md, relative to `root`."""
+    docs = os.path.join(root, "docs")
+    return ["README.md"] + sorted(os.path.join("docs", f) for f in os.listdir(docs)
+                                  if f.endswith(".md"))
+
+
+def fmt_number(v: Any) -> str:
+    """1234 -> "1,234"; 0.79 -> "0.79"; 10945.0 -> "10,945.0": the digits stored, with commas."""
+    if isinstance(v, bool) or not isinstance(v, int | float):
+        return str(v)
+    if isinstance(v, int):
+        return f"{v:,}"
+    text = repr(v)
+    whole, _, frac = text.partition(".")
+    return f"{int(whole):,}" + (f".{frac}" if frac else "") if "e" not in text else text
+
+
+def fmt_value(entry: dict[str, Any]) -> str:
+    v = entry["value"]
+    return ", ".join(fmt_number(x) for x in v) if isinstance(v, list) else fmt_number(v)
+
+
+def provenance(rec: dict[str, Any]) -> str:
+    m = rec.get("machine") or {}
+    where = ", ".join(str(x) for x in (m.get("cpu"), f"{m['cores']} cores" if m.get("cores")
+                                       else None) if x)
+    load = m.get("load_avg") or m.get("load_avg_start")
+    parts = [f"*{rec['kind']}*", f"`{rec['command']}`", rec["date"],
+             f"commit {rec['commit']}" if rec.get("commit") else "commit unknown",
+             f"backend {rec['backend']}"]
+    if where:
+        parts.append(where + (f", load {load[0]}" if load else ""))
+    if rec.get("transcribed"):
+        parts.append(f"transcribed from {rec['source']}")
+    return "Source: " + "; ".join(parts) + f" (record `docs/results/{rec['name']}.json`)."
+
+
+def render_table(rec: dict[str, Any]) -> str:
+    t = rec["table"]
+    lines = ["| " + " | ".join(t["columns"]) + " |", "|" + "---|" * len(t["columns"])]
+    lines += ["| " + " | ".join(str(c) for c in row) + " |" for row in t["rows"]]
+    return "\n".join(lines) + "\n\n" + provenance(rec) + "\n"
+
+
+def render(text: str, records: dict[str, dict[str, Any]], doc: str) -> tuple[str, list[str]]:
+    """(`text` with every marked table and figure rendered, problems: unknown records/keys)."""
+    problems: list[str] = []
+
+    def table(m):
+        rec = records.get(m["name"])
+        if rec is None or "table" not in rec:
+            problems.append(f"{doc}: table:{m['name']}: no record with a table of that name")
+            return m[0]
+        return m[1] + render_table(rec) + m[4]
+
+    def fig(m):
+        rec = records.get(m["name"])
+        entry = (rec or {}).get("values", {}).get(m["key"])
+        if entry is None:
+            problems.append(f"{doc}: fig:{m['name']}.{m['key']}: no such recorded value")
+            return m[0]
+        return m[1] + fmt_value(entry) + m[5]
+
+    return _FIG.sub(fig, _TABLE.sub(table, text)), problems
+
+
+def stale_hits(text: str, records: dict[str, dict[str, Any]], doc: str) -> list[str]:
+    """Printed forms of superseded figures found in `text` outside the record's own table."""
+    out = []
+    for name, rec in records.items():
+        own = "".join(m["body"] for m in _TABLE.finditer(text) if m["name"] == name)
+        rest = text.replace(own, "") if own else text
+        for key, forms in (rec.get("stale") or {}).items():
+            for form in forms:
+                if re.search(rf"(?<![\d,.]){re.escape(form)}(?![\d,])", rest):
+                    out.append(f"{doc}: prints {form!r}, a superseded value of {name}.{key} "
+                               f"(recorded: {fmt_value(rec['values'][key])})")
+    return out
+
+
+def check(root: str = ROOT) -> list[str]:
+    """Every difference between the documents and their records, as lines (empty: in sync)."""
+    records = load_all(os.path.join(root, "docs", "results"))
+    problems: list[str] = []
+    for doc in documents(root):
+        with open(os.path.join(root, doc)) as f:
+            text = f.read()
+        new, bad = render(text, records, doc)
+        problems += bad + stale_hits(text, records, doc)
+        if new != text:
+            old_lines, new_lines = text.splitlines(), new.splitlines()
+            first = next((i for i, (a, b) in enumerate(zip(old_lines, new_lines)) if a != b),
+                         min(len(old_lines), len(new_lines)))
+            problems.append(f"{doc}:{first + 1}: differs from its record(s): "
+                            f"{(old_lines[first] if first < len(old_lines) else '')[:120]!r}")
+    return problems
+
+
+def write(root: str = ROOT) -> list[str]:
+    """Renders in place; returns the documents changed."""
+    records = load_all(os.path.join(root, "docs", "results"))
+    changed = []
+    for doc in documents(root):
+        path = os.path.join(root, doc)
+        with open(path) as f:
+            text = f.read()
+        new, bad = render(text, records, doc)
+        if bad:
+            raise ValueError("; ".join(bad))
+        if new != text:
+            with open(path, "w") as f:
+                f.write(new)
+            changed.append(doc)
+    return changed
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--root", default=ROOT, help="repository root (default: this checkout)")
+    p.add_argument("--check", action="store_true", help="report differences; write nothing")
+    a = p.parse_args(argv)
+    if a.check:
+        problems = check(a.root)
+        for line in problems:
+            print(line)
+        return 1 if problems else 0
+    for doc in write(a.root):
+        print(f"rendered {doc}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
