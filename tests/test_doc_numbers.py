@@ -206,7 +206,9 @@ def test_compile_record_option_writes_a_compile_only_record(tmp_path):
     rec = results_record.load(str(path))
     assert rec["kind"] == "compile-only bound" and rec["command"] == "tseeds compile --config c.py"
     assert rec["values"]["learner_roofline_s"] == {"value": 4.5, "unit": "s"}
-    assert rec["values"]["phase_peak__learner"]["value"] == 3 << 30
+    assert rec["values"]["phase_peak__learner"] == {"value": 3 << 30, "unit": "bytes per device"}
+    assert rec["values"]["learner_compute_bound_fraction"] == {"value": 0.97, "unit": "fraction"}
+    assert not [k for k in rec["values"] if "mfu" in k]
     assert "fits" not in rec["values"]  # booleans are not figures
     assert rec["table"]["rows"] == [["learner_update", "learner", "3.00", "2e+03", "4e+03",
                                      "100", "12"]]

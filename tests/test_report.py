@@ -173,3 +173,34 @@ def test_seed_section_reports_zero_advantage_split_and_calibration():
     # realised 2 x 2 / 12; gamma used 2, after 3
     assert f"| 0 | 0–1 | 12 | {100 * 4.4 / 12:.1f} | {100 * 4 / 12:.1f} | 2.00 | 3.00 |" in text
     assert f"| 1 | 2–3 | 12 | {100 * 4.4 / 12:.1f} | {100 * 4 / 12:.1f} | 4.00 | 5.00 |" in text
+
+
+def test_report_of_the_default_three_seeds_warns_that_a_difference_did_not_hold_at_five(tmp_path):
+    """The default demo's 3 seeds (seed values as recorded) with demo.json's recorded reference:
+    the final-accuracy table shows Holm's verdict beside each p, and the comparison section says
+    that mixture_spread's p = 0.03 lead over DAPO did not hold with 5 seeds."""
+    from scipy import stats
+
+    from tseeds_jax.demo.reference import RECORDED, for_run
+
+    root = str(tmp_path)
+    pass1 = RECORDED["default"]["pass1"]
+    methods = ["dapo", "ts_ratio", "ts_mixture", "ts_mixture_spread"]
+    for m in methods:
+        for seed, v in enumerate(pass1[m][:3]):
+            _run(root, m, m.upper(), seed, v / 100)
+    with open(os.path.join(root, "demo.json"), "w") as f:
+        json.dump({"methods": methods, "baseline": "dapo",
+                   "reference": for_run("default", methods, 100)}, f)
+    text = open(write_report(root)).read()
+    p3 = stats.ttest_ind(pass1["ts_mixture_spread"][:3], pass1["dapo"][:3],
+                         equal_var=False).pvalue
+    assert p3 < 0.05
+    # the family: 3 against DAPO + 2 more against the ratio rule; 0.03 > 0.05 / 5 and it is the
+    # smallest p of the five, so Holm keeps nothing
+    row = next(x for x in text.splitlines() if x.startswith("| TS_MIXTURE_SPREAD | 3 |"))
+    assert f"(p={p3:.2f}; Holm: no)" in row
+    assert "the report's 5 accuracy comparisons" in text
+    warn = next(x for x in text.splitlines() if x.startswith("- TS_MIXTURE_SPREAD vs DAPO:")
+                and "did not hold" in x)
+    assert "with 5 seeds +1.3" in warn and "**it did not hold at 5 seeds**" in warn

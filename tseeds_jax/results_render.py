@@ -107,7 +107,8 @@ def stale_hits(text: str, records: dict[str, dict[str, Any]], doc: str) -> list[
         rest = text.replace(own, "") if own else text
         for key, forms in (rec.get("stale") or {}).items():
             for form in forms:
-                if re.search(rf"(?<![\d,.]){re.escape(form)}(?![\d,])", rest):
+                words = r"\s+".join(re.escape(w) for w in form.split())  # a line may break
+                if re.search(rf"(?<![\d,.]){words}(?!\d|[,.]\d)", rest):
                     out.append(f"{doc}: prints {form!r}, a superseded value of {name}.{key} "
                                f"(recorded: {fmt_value(rec['values'][key])})")
     return out

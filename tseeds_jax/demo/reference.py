@@ -12,7 +12,7 @@ from __future__ import annotations
 RECORDED = {
     "default": {
         "label": "5 training seeds, default task, recorded 2026-12-02 on the project's 2-core "
-                 "AVX-512 machine (docs/results/demo_default_5seeds.json)",
+                 "AVX-512 machine, per-seed values to 0.1 points (docs/results/demo_default_5seeds.json)",
         "pass1": {"dapo": [56.2, 55.8, 56.5, 58.3, 57.1],
                   "ts_ratio": [54.7, 54.4, 58.1, 60.3, 55.7],
                   "ts_mixture": [54.7, 58.0, 58.1, 58.5, 54.8],
@@ -21,7 +21,7 @@ RECORDED = {
     },
     "hard": {
         "label": "5 training seeds, hard task, recorded 2026-12-02 on the project's 2-core "
-                 "AVX-512 machine (docs/results/demo_hard_5seeds.json)",
+                 "AVX-512 machine, per-seed values to 0.1 points (docs/results/demo_hard_5seeds.json)",
         "pass1": {"dapo": [9.0, 8.8, 5.6, 6.0, 7.6],
                   "ts_ratio": [11.1, 9.9, 10.3, 8.4, 10.1],
                   "ts_mixture": [11.6, 12.4, 10.5, 10.2, 12.2],

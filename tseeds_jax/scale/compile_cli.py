@@ -240,8 +240,11 @@ def _write_record(path: str, res, argv: list[str]) -> None:
             for k, x in v.items():
                 put(f"{key}.{k}" if key else str(k), x)
         elif isinstance(v, int | float) and not isinstance(v, bool):
-            unit = next((u for suffix, u in _UNITS if key.endswith(suffix)), "")
-            values[key.replace(".", "__")] = {"value": v, "unit": unit}
+            unit = ("bytes per device" if "peak" in key else
+                    next((u for suffix, u in _UNITS if key.endswith(suffix)), ""))
+            # the summary's "mfu_bound" counts remat's recompute: not MFU (docs/scale.md)
+            name = key.replace("mfu_bound", "compute_bound_fraction").replace(".", "__")
+            values[name] = {"value": v, "unit": unit}
 
     put("", res.summary())
     rows = [[c.name, c.phase, _gib(c.peak), f"{c.flops / 1e12:.3g}", f"{c.bytes_accessed / 1e9:.3g}",
