@@ -187,13 +187,12 @@ def test_auto_follows_the_target_and_bad_input_names_the_field():
 @pytest.mark.parametrize("source", ["random", "hf", "orbax"])
 def test_config_field_reaches_the_model_and_the_planner(source, tmp_path):
     """`config.model.decode_attention_impl` reaches the trainer's model whatever the weights'
-    source, and `scale/plan.model_config_for` (what `tseeds compile` builds); a bad value is an
+    source, and `TrainModelConfig.model_config` (what `tseeds compile` builds); a bad value is an
     error naming the field."""
     from tseeds_jax.hf import hf_to_orbax
     from tseeds_jax.hf.testing import write_random_hf_folder
     from tseeds_jax.rl.config import TrainConfig, default_config
     from tseeds_jax.rl.setup import build_model
-    from tseeds_jax.scale.plan import model_config_for
 
     arch = dict(model_type="qwen2", vocab_size=64, hidden_size=16, intermediate_size=32,
                 num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
@@ -211,7 +210,7 @@ def test_config_field_reaches_the_model_and_the_planner(source, tmp_path):
     cd.model.decode_attention_impl = "ragged"
     assert build_model(TrainConfig.from_config(cd), vocab_size=64).cfg.decode_attention_impl \
         == "ragged"
-    assert model_config_for(cd).decode_attention_impl == "ragged"
+    assert TrainConfig.from_config(cd).model.model_config().decode_attention_impl == "ragged"
     cd.model.decode_attention_impl = "paged"
     with pytest.raises(ConfigError, match="decode_attention_impl='paged'"):
         build_model(TrainConfig.from_config(cd), vocab_size=64)

@@ -162,12 +162,11 @@ def test_config_field_cache_layout_and_bad_value():
 @pytest.mark.parametrize("source", ["random", "hf", "orbax"])
 def test_config_field_reaches_the_model_and_the_planner(source, tmp_path):
     """`config.model.kv_cache_dtype` reaches the trainer's model whatever the weights' source,
-    and `scale/plan.model_config_for` (what `tseeds compile` builds)."""
+    and `TrainModelConfig.model_config` (what `tseeds compile` builds)."""
     from tseeds_jax.hf import hf_to_orbax
     from tseeds_jax.hf.testing import write_random_hf_folder
     from tseeds_jax.rl.config import TrainConfig, default_config
     from tseeds_jax.rl.setup import build_model
-    from tseeds_jax.scale.plan import model_config_for
 
     arch = dict(model_type="qwen2", vocab_size=64, hidden_size=16, intermediate_size=32,
                 num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
@@ -182,7 +181,7 @@ def test_config_field_reaches_the_model_and_the_planner(source, tmp_path):
         cd.model.init = f"orbax:{tmp_path / 'ckpt'}"
     cd.model.kv_cache_dtype = "int8"
     assert build_model(TrainConfig.from_config(cd), vocab_size=64).cfg.kv_cache_dtype == "int8"
-    assert model_config_for(cd).kv_cache_dtype == "int8"
+    assert TrainConfig.from_config(cd).model.model_config().kv_cache_dtype == "int8"
     cd.model.kv_cache_dtype = "int4"
     with pytest.raises(ConfigError, match="kv_cache_dtype='int4'"):
         build_model(TrainConfig.from_config(cd), vocab_size=64)

@@ -213,7 +213,7 @@ def _load_model(cfg: TrainConfig, spec: str, tokenizer, build_model):
 
         graphdef, params, _, _ = load_run(spec[4:])
     elif spec.startswith(("hf:", "orbax:")):
-        model_cfg = dict(cfg.model, init=spec)
+        model_cfg = dataclasses.replace(cfg.model, init=spec)
         model = build_model(dataclasses.replace(cfg, model=model_cfg), tokenizer.vocab_size)
         graphdef, params = nnx.split(model)
     else:
@@ -230,7 +230,7 @@ def _sampler(cfg: TrainConfig, graphdef, tokenizer):
     from tseeds_jax import sampling
 
     r = cfg.rollout
-    max_prefill = int(cfg.data["max_prompt_len"]) + r.max_response_len
+    max_prefill = cfg.data.max_prompt_len + r.max_response_len
 
     def sample(params, requests, budgets, seeds):
         results = sampling.generate((graphdef, params), requests, max_new_tokens=budgets,

@@ -76,10 +76,10 @@ class PromptStream:
 def build_source(cfg: TrainConfig):
     """An indexable example source: procedural (compact / reasoning-gym) or a registered file
     dataset `NAME:PATH` (built once into tfds array_record under data.data_dir)."""
-    src = cfg.data["source"]
+    src = cfg.data.source
     kind, _, name = src.partition(":")
-    params = dict(cfg.data.get("params") or {})
-    size = int(cfg.data.get("size", 100000))
+    params = dict(cfg.data.params)
+    size = cfg.data.size
     if kind == "compact" and name == "chain_sum":
         from tseeds_jax.data.compact_arith import CompactChainSum
 
@@ -91,7 +91,7 @@ def build_source(cfg: TrainConfig):
     from tseeds_jax.data import registry, sources
 
     if kind in registry.list_datasets() and name:
-        data_dir = cfg.data.get("data_dir") or os.path.join(cfg.run_dir, "data")
+        data_dir = cfg.data.data_dir or os.path.join(cfg.run_dir, "data")
         source = sources.make_source(kind, data_dir=data_dir, files=name, skip_invalid=True)
         if 0 < size < len(source):  # the paper trains on seeded random subsets (e.g. 4,608)
             keep = np.sort(np.random.default_rng([cfg.seed, 0x5B5E7]).choice(
@@ -146,27 +146,20 @@ def build_tokenizer(cfg: TrainConfig, source):
 
 def build_model(cfg: TrainConfig, vocab_size: int):
     m = cfg.model
-    init = m["init"]
-    # The run settings apply whatever the weights' source: the programs `tseeds compile` checks
-    # (scale/plan.model_config_for) are built with the same compute dtype, remat and attention.
-    run = dict(remat=m["remat"], attention_impl=m.get("attention_impl", "auto"),
-               decode_attention_impl=m.get("decode_attention_impl", "auto"),
-               kv_cache_dtype=m.get("kv_cache_dtype", "auto"))
+    init = m.init
+    # The run settings apply whatever the weights' source (`TrainModelConfig.run_settings`: the
+    # programs `tseeds plan` / `tseeds compile` size are built with the same ones).
+    run = m.run_settings()
     if init == "random":
-        arch = dict(m["arch"])
-        if not arch.get("vocab_size"):
-            arch["vocab_size"] = vocab_size
-        mcfg = ModelConfig.from_hf_dict(arch, source="config.model.arch",
-                                        param_dtype=m["param_dtype"], dtype=m["dtype"], **run)
-        model = init_model(mcfg, seed=cfg.seed)
+        model = init_model(m.model_config(vocab_size=vocab_size, read_hf=False), seed=cfg.seed)
     elif init.startswith("hf:"):
         from tseeds_jax import hf
 
-        model = hf.from_pretrained(init[3:], dtype=m["param_dtype"], compute_dtype=m["dtype"], **run)
+        model = hf.from_pretrained(init[3:], dtype=m.param_dtype, compute_dtype=m.dtype, **run)
     elif init.startswith("orbax:"):
         from tseeds_jax import hf
 
-        model = hf.load_checkpoint_model(init[6:], dtype=m["param_dtype"], compute_dtype=m["dtype"],
+        model = hf.load_checkpoint_model(init[6:], dtype=m.param_dtype, compute_dtype=m.dtype,
                                          **run)
     else:
         raise ConfigValueError(f"config.model.init={init!r}: expected 'random', 'hf:DIR' or "
@@ -222,7 +215,7 @@ def decode_sync(cfg: TrainConfig, model_cfg: ModelConfig, max_prefill: int):
     requests = rows * max(cfg.seeds.refresh_interval - 1, 1) if cfg.seeded else rows
     if model_cfg is None:
         raise ValueError("hardware.sampler_placement='decode' needs the model config")
-    return layout.WeightSync(model_cfg, sampler_dtype=cfg.model.get("sampler_dtype", "float32"),
+    return layout.WeightSync(model_cfg, sampler_dtype=cfg.model.sampler_dtype,
                              requests=requests, cache_len=core.cache_bucket(max_prefill),
                              tensor=cfg.hardware.sampler_tensor,
                              chip=hardware.chip_of_devices(jax.devices()))
@@ -253,8 +246,8 @@ def build_env(cfg: TrainConfig, *, checkpointer=None) -> tuple[TrainEnv, Any]:
     graphdef, params = nnx.split(model)
     from tseeds_jax.data.templates import encode_prompt, stop_token_ids
 
-    max_prompt = int(cfg.data["max_prompt_len"])
-    template = cfg.data.get("template", "raw")
+    max_prompt = cfg.data.max_prompt_len
+    template = cfg.data.template
     stream = PromptStream(source, lambda text: encode_prompt(tok, template, text), max_prompt,
                           seed=cfg.seed)
     stops = stop_token_ids(tok, template)

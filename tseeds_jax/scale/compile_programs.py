@@ -117,7 +117,7 @@ class Target:
 
     @property
     def widths(self) -> tuple[int, int]:
-        return int(self.cfg.data["max_prompt_len"]), self.cfg.rollout.max_response_len
+        return self.cfg.data.max_prompt_len, self.cfg.rollout.max_response_len
 
 
 @contextlib.contextmanager
@@ -370,7 +370,7 @@ def decode_choice(t: Target, requests: int):
     p, r = t.widths
     devices = list(t.mesh.devices.flat)
     row = chip(t.family)
-    m = layout.DecodeModel.of(t.mcfg, t.cfg.model.get("sampler_dtype", "float32"))
+    m = layout.DecodeModel.of(t.mcfg, t.cfg.model.sampler_dtype)
     free = t.hbm_bytes * FIT_FRACTION - learner_state_bytes(t)
     return layout.choose(m, devices=len(devices), per_host=layout.devices_per_host(devices),
                          requests=requests, free_bytes=free,
@@ -391,7 +391,7 @@ def sampler_programs(t: Target, state, buckets: str = "all") -> list[Program]:
 
     cfg = t.cfg
     s = sampler_shapes(t)
-    sdt = cfg.model.get("sampler_dtype", "float32")
+    sdt = cfg.model.sampler_dtype
     decode = cfg.hardware.sampler_placement == "decode"
     sharded = cfg.hardware.sampler_placement == "sharded" or decode
     resident = device_bytes(state)

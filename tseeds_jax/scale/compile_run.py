@@ -30,7 +30,6 @@ def make_target(cd, *, topology: str | None = None):
     from tseeds_jax.rl.config import TrainConfig
     from tseeds_jax.scale import topology as topo
     from tseeds_jax.scale.hardware import FAMILIES
-    from tseeds_jax.scale.plan import model_config_for
 
     cfg = TrainConfig.from_config(cd)
     acc_name = cfg.hardware.accelerator
@@ -65,7 +64,7 @@ def make_target(cd, *, topology: str | None = None):
             f"{topology} torus (each axis must be a product of physical axis sizes; the "
             f"trainer's make_mesh fails the same way): {str(e).splitlines()[0][:120]}") from None
     hosts = len({d.process_index for d in devices})
-    return cp.Target(cfg=cfg, mcfg=model_config_for(cfg), mesh=mesh, topology=topology,
+    return cp.Target(cfg=cfg, mcfg=cfg.model.model_config(), mesh=mesh, topology=topology,
                      family=family, hbm_bytes=int(hbm_gib * (1 << 30)), num_hosts=hosts)
 
 
@@ -220,7 +219,7 @@ def decode_layout_summary(res: Result, step, s, chip) -> dict[str, Any]:
     t = res.target
     choice = s["choice"]
     f = live_fraction(t)
-    m = layout.DecodeModel.of(t.mcfg, t.cfg.model.get("sampler_dtype", "float32"))
+    m = layout.DecodeModel.of(t.mcfg, t.cfg.model.sampler_dtype)
     slots_rep = s["slots"] // s["shards"]
     tensor = s["tensor"]
     live_bytes = step.bytes_accessed - (1.0 - f) * step.decode_cache_bytes

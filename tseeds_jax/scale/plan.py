@@ -40,7 +40,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import os
 import types
 from collections.abc import Mapping
 from typing import Any
@@ -557,28 +556,6 @@ def _learner_compiled(w: Workload, lay: ParamLayout, add, *, n_tok, n_resp, b, t
 # from a config
 
 
-def model_config_for(cfg, *, read_hf: bool = True):
-    """The ModelConfig a config trains: config.json of `model.init = "hf:DIR"` when that folder
-    exists, else `model.arch` (the paper configs spell the architecture out for this)."""
-    from tseeds_jax.model import ModelConfig
-
-    mdict = cfg.model
-    run = dict(param_dtype=mdict["param_dtype"], dtype=mdict["dtype"], remat=mdict["remat"],
-               attention_impl=mdict.get("attention_impl", "auto"),
-               decode_attention_impl=mdict.get("decode_attention_impl", "auto"),
-               kv_cache_dtype=mdict.get("kv_cache_dtype", "auto"))
-    init = mdict["init"]
-    if read_hf and isinstance(init, str) and init.startswith("hf:"):
-        path = os.path.join(init[3:], "config.json")
-        if os.path.exists(path):
-            return ModelConfig.from_hf_file(path, **run)
-    arch = dict(mdict["arch"])
-    if not arch.get("vocab_size"):
-        raise ValueError("config.model.arch.vocab_size=0: the plan needs the vocabulary size "
-                         "(set model.arch.vocab_size, or point model.init at an HF folder)")
-    return ModelConfig.from_hf_dict(arch, source="config.model.arch", **run)
-
-
 def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
                          num_devices: int | None = None, kernel_impl: str | None = None,
                          sampler_placement: str | None = None, read_hf: bool = True) -> Workload:
@@ -607,12 +584,12 @@ def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
     sis_top_k = family.from_loss_config(cfg.loss)[2].sis_top_k
     stale = getattr(getattr(cfg, "stale", None), "steps", 0)
     return Workload(
-        model=model_config_for(cfg, read_hf=read_hf), mesh=mesh,
+        model=cfg.model.model_config(read_hf=read_hf), mesh=mesh,
         batch_prompts=cfg.rollout.batch_prompts, group_size=cfg.rollout.group_size,
-        prompt_len=int(cfg.data["max_prompt_len"]), response_len=cfg.rollout.max_response_len,
+        prompt_len=cfg.data.max_prompt_len, response_len=cfg.rollout.max_response_len,
         mini_batches=o.mini_batches, micro_batch_size=o.micro_batch_size,
         refresh_interval=cfg.seeds.refresh_interval, truncation=cfg.seeds.truncation,
-        ratio=cfg.seeds.ratio, sampler_dtype=cfg.model.get("sampler_dtype", "float32"),
+        ratio=cfg.seeds.ratio, sampler_dtype=cfg.model.sampler_dtype,
         sampler_slots=int(hw.get("sampler_slots", 0) or 0),
         sampler_placement=sampler_placement or hw.get("sampler_placement") or "replica",
         sampler_tensor=int(hw.get("sampler_tensor", 0) or 0), family=fam,
