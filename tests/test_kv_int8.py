@@ -153,10 +153,16 @@ def test_config_field_cache_layout_and_bad_value():
     auto = KVCache.init(cfg.replace(kv_cache_dtype="auto"), 3, 64)
     assert not auto.quantized and auto.k[0].dtype == jnp.bfloat16 and auto.k_scale is None
     # the sizing counts 1 byte per element + two float32 scales per position and head
-    from tseeds_jax.sampling.layout import kv_bytes_per_token
+    from tseeds_jax.model import config as model_config
+    from tseeds_jax.model import decode_attention
 
-    assert kv_bytes_per_token(cfg) == 2 * 2 * 2 * (16 * 1 + 4)
-    assert kv_bytes_per_token(cfg.replace(kv_cache_dtype="auto")) == 2 * 2 * 2 * 16 * 2
+    assert model_config.KV_SCALE_BYTES == decode_attention.KV_SCALE_BYTES
+    assert cfg.kv_bytes_per_token == 2 * 2 * 2 * (16 * 1 + 4)
+    assert cfg.replace(kv_cache_dtype="auto").kv_bytes_per_token == 2 * 2 * 2 * 16 * 2
+    # and it is what the allocated caches hold, per slot and position
+    for cache, mcfg in ((c, cfg), (auto, cfg.replace(kv_cache_dtype="auto"))):
+        arrays = [*cache.k, *cache.v, *(cache.k_scale or ()), *(cache.v_scale or ())]
+        assert sum(x.nbytes for x in arrays) == mcfg.kv_bytes_per_token * 3 * 64
 
 
 @pytest.mark.parametrize("source", ["random", "hf", "orbax"])

@@ -28,7 +28,7 @@ def _parse_run(spec: str) -> tuple[str, int | None]:
 
 
 def _load(spec: str):
-    from tseeds_jax.rl.state_io import load_run
+    from tseeds_jax.rl.setup import load_run
 
     path, step = _parse_run(spec)
     try:

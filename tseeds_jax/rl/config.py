@@ -10,14 +10,22 @@ reads (nothing below this module sees a ConfigDict).
 from __future__ import annotations
 
 import dataclasses
+
 import ml_collections
 
-from tseeds_jax.rl.config_fields import (ConfigValueError, build, mapping, section,
-                                         to_config_dict)
-from tseeds_jax.rl.config_sections import (AdvantageConfig, DataConfig, HardwareConfig,
-                                           LossConfig, OffPolicyConfig, OptimConfig,
-                                           RolloutConfig, SeedsConfig, StaleConfig,
-                                           TrainModelConfig)
+from tseeds_jax.rl.config_fields import ConfigValueError, build, mapping, section, to_config_dict
+from tseeds_jax.rl.config_sections import (
+    AdvantageConfig,
+    DataConfig,
+    HardwareConfig,
+    LossConfig,
+    OffPolicyConfig,
+    OptimConfig,
+    RolloutConfig,
+    SeedsConfig,
+    StaleConfig,
+    TrainModelConfig,
+)
 
 __all__ = ["AdvantageConfig", "ConfigValueError", "DataConfig", "HardwareConfig", "LossConfig",
            "OffPolicyConfig", "OptimConfig", "RolloutConfig", "SeedsConfig", "StaleConfig",
@@ -282,7 +290,7 @@ class TrainConfig:
         if hw.sampler_placement not in SAMPLER_PLACEMENTS:
             bad("sampler_placement", hw.sampler_placement, f"known: {SAMPLER_PLACEMENTS}")
         if hw.accelerator:
-            from tseeds_jax.scale.hardware import parse_accelerator  # local; imports no JAX
+            from tseeds_jax.chips import parse_accelerator
 
             try:
                 acc = parse_accelerator(hw.accelerator, hbm_gib=hbm or None)

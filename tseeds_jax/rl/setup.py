@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from typing import Any
@@ -205,20 +206,24 @@ def make_sample_fn(cfg: TrainConfig, graphdef, stop_tokens, max_prefill: int, mo
     return sample_fn
 
 
-def decode_sync(cfg: TrainConfig, model_cfg: ModelConfig, max_prefill: int):
+def decode_sync(cfg: TrainConfig, model_cfg: ModelConfig, max_prefill: int, devices=None):
     """The decode layout's weight sync for this run (`sampling.layout.WeightSync`), sized for
-    the run's largest sampler call: a refresh's behavior requests, else a step's rows."""
+    the run's largest sampler call (a refresh's behavior requests, else a step's rows) on
+    `devices` (default: all of them): the inputs `tseeds plan` and `tseeds compile` give the
+    same decision (tseeds_jax/decode_layout.py)."""
+    from tseeds_jax import chips
+    from tseeds_jax.decode_layout import decode_requests
     from tseeds_jax.sampling import core, layout
-    from tseeds_jax.scale import hardware
 
-    rows = cfg.rollout.batch_prompts * cfg.rollout.group_size
-    requests = rows * max(cfg.seeds.refresh_interval - 1, 1) if cfg.seeded else rows
     if model_cfg is None:
         raise ValueError("hardware.sampler_placement='decode' needs the model config")
-    return layout.WeightSync(model_cfg, sampler_dtype=cfg.model.sampler_dtype,
-                             requests=requests, cache_len=core.cache_bucket(max_prefill),
-                             tensor=cfg.hardware.sampler_tensor,
-                             chip=hardware.chip_of_devices(jax.devices()))
+    chip = chips.chip_of_devices(devices or jax.devices())
+    r = cfg.rollout
+    return layout.WeightSync(
+        model_cfg, sampler_dtype=cfg.model.sampler_dtype,
+        requests=decode_requests(r.batch_prompts, r.group_size, cfg.seeds.refresh_interval),
+        cache_len=core.cache_bucket(max_prefill), tensor=cfg.hardware.sampler_tensor, chip=chip,
+        hbm_bytes=chips.hbm_bytes(chip.family if chip else None, cfg.hardware.hbm_gib_per_device))
 
 
 def make_reward_fn(name: str):
@@ -262,6 +267,52 @@ def build_env(cfg: TrainConfig, *, checkpointer=None) -> tuple[TrainEnv, Any]:
         from tseeds_jax.rl.offpolicy import build_trace_source
 
         env.offpolicy = build_trace_source(cfg, tok, encode_prompt=stream.encode,
-                                           build_model=build_model, source=source)
+                                           build_model=build_model, load_run=load_run,
+                                           source=source)
     return env, tok
+
+
+def load_run(run_dir: str, step: int | None = None):
+    """(graphdef, params, TrainConfig, tokenizer) of a training run's checkpoint (latest by default).
+
+    The run's config is read from the checkpoint's meta, so evaluation needs only the folder.
+    """
+    from etils import epath
+
+    from tseeds_jax import checkpoint
+
+    ckpt_dir = os.path.join(run_dir, "ckpt")
+    if not epath.Path(ckpt_dir).is_dir():  # local or gs://
+        raise FileNotFoundError(f"{run_dir}: not a training run (no ckpt/ folder)")
+    ckpts = checkpoint.Checkpoints(ckpt_dir, keep_last=None)
+    steps = ckpts.steps()
+    if not steps:
+        raise FileNotFoundError(f"{ckpt_dir}: no checkpoints")
+    step = steps[-1] if step is None else step
+    meta = ckpts.read_meta(step)
+    if not meta.get("config"):
+        raise ValueError(f"{ckpt_dir}/{step}: checkpoint meta has no 'config'")
+    cfg = TrainConfig.from_config(meta["config"])
+    tok = build_tokenizer(dataclasses.replace(cfg, run_dir=run_dir), build_source(cfg))
+    model = build_model(cfg, tok.vocab_size)
+    graphdef, params = nnx.split(model)
+    raw, _ = ckpts.restore(step)
+    params = _fill(params, raw["train"]["params"])
+    return graphdef, params, cfg, tok
+
+
+def _fill(template, raw):
+    """Copies restored leaves (nested dicts) into the structure of `template`."""
+    leaves_t, treedef = jax.tree_util.tree_flatten(template)
+    leaves_r = jax.tree_util.tree_leaves(raw)
+    if len(leaves_t) != len(leaves_r):
+        raise ValueError(f"checkpoint has {len(leaves_r)} parameter arrays, model expects "
+                         f"{len(leaves_t)}")
+    out = []
+    for t, r in zip(leaves_t, leaves_r):
+        if tuple(np.shape(r)) != tuple(np.shape(t)):
+            raise ValueError(f"checkpoint array of shape {np.shape(r)} where the model expects "
+                             f"{np.shape(t)}")
+        out.append(jax.numpy.asarray(r, dtype=t.dtype))
+    return jax.tree_util.tree_unflatten(treedef, out)
 

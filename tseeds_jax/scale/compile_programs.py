@@ -320,11 +320,11 @@ def sampler_shapes(t: Target) -> dict[str, int]:
         requests = -(-requests // t.num_hosts)
     extra = {}
     if placement == "decode":
-        choice = decode_choice(t, requests)
+        choice = target_decode_choice(t, requests)
         shards = choice.layout.replicas
         slots = (cfg.hardware.sampler_slots or choice.slots * shards)
         # the on-policy call: a step's rows, sized as `WeightSync.slots` sizes it
-        from tseeds_jax.sampling.layout import balanced_slots
+        from tseeds_jax.decode_layout import balanced_slots
 
         on = cfg.hardware.sampler_slots or balanced_slots(-(-t.rows // shards),
                                                           max(choice.fit, 1)) * shards
@@ -353,35 +353,19 @@ def sampler_shapes(t: Target) -> dict[str, int]:
                 buckets=buckets, rows=rows, **extra)
 
 
-def learner_state_bytes(t: Target) -> int:
-    """Bytes per device of the learner's state (parameters in their dtype, Adam's two float32
-    moments), split over the whole mesh: what stays resident while the sampler runs."""
-    n = sum(math.prod(x.shape) for x in jax.tree.leaves(
-        jax.eval_shape(lambda: shd.abstract_model(t.mcfg))))
-    return n * (jnp.dtype(t.mcfg.param_dtype).itemsize + 8) // t.mesh.size
-
-
-def decode_choice(t: Target, requests: int):
-    """The decode layout `sampling.layout.choose` picks for this target's largest call."""
+def target_decode_choice(t: Target, requests: int):
+    """The decode layout of this target's largest call, decided as the run decides it
+    (`decode_layout.decide_for`: same model numbers, chip, free memory)."""
+    from tseeds_jax import chips
+    from tseeds_jax import decode_layout as dl
     from tseeds_jax.sampling import core, layout
-    from tseeds_jax.scale.hardware import chip
-    from tseeds_jax.scale.plan import FIT_FRACTION
 
     p, r = t.widths
     devices = list(t.mesh.devices.flat)
-    row = chip(t.family)
-    m = layout.DecodeModel.of(t.mcfg, t.cfg.model.sampler_dtype)
-    free = t.hbm_bytes * FIT_FRACTION - learner_state_bytes(t)
-    return layout.choose(m, devices=len(devices), per_host=layout.devices_per_host(devices),
-                         requests=requests, free_bytes=free,
-                         cache_len=core.cache_bucket(p + r), hbm_bw=row.hbm_bandwidth,
-                         ici_bw=row.ici_bandwidth / 2, tensor=t.cfg.hardware.sampler_tensor)
-
-
-def decode_mesh(t: Target, tensor: int):
-    from tseeds_jax.sampling import layout
-
-    return layout.decode_mesh(list(t.mesh.devices.flat), tensor, axis_types=t.mesh.axis_types)
+    return dl.decide_for(t.mcfg, sampler_dtype=t.cfg.model.sampler_dtype, chip=chips.chip(t.family),
+                         devices=len(devices), per_host=layout.devices_per_host(devices),
+                         requests=requests, hbm_bytes=t.hbm_bytes,
+                         cache_len=core.cache_bucket(p + r), tensor=t.cfg.hardware.sampler_tensor)
 
 
 def sampler_programs(t: Target, state, buckets: str = "all") -> list[Program]:
@@ -402,7 +386,8 @@ def sampler_programs(t: Target, state, buckets: str = "all") -> list[Program]:
     if decode:
         from tseeds_jax.sampling import layout
 
-        mesh = decode_mesh(t, s["tensor"])
+        mesh = layout.decode_mesh(list(t.mesh.devices.flat), s["tensor"],
+                                  axis_types=t.mesh.axis_types)
         place = Placement(mesh)
         learner_cast = cast_tree(state.params, sdt)
         out_sh = layout.param_shardings(learner_cast, mesh)
