@@ -223,12 +223,12 @@ S_TPU = 768  # no other array of the program ends in 768 (vocab 512, MLP 512, he
 
 def _tpu_decode_step(impl: str, kv_cache_dtype: str = "auto"):
     """A 2-layer sampler decode step compiled for v5p:2x2x1 (data 2 x tensor 2), its state laid
-    out by the sampler's own `Placement`: (optimized HLO text, the state's shardings)."""
+    out by the sampler's own `SamplerShardings`: (optimized HLO text, the state's shardings)."""
     from flax import nnx
 
     from tseeds_jax.model import sharding as shd
     from tseeds_jax.sampling import core
-    from tseeds_jax.sampling.placement import Placement
+    from tseeds_jax.sampling.placement import SamplerShardings
     from tseeds_jax.sampling.strategies import make_strategy
     from tseeds_jax.scale import topology
 
@@ -243,7 +243,7 @@ def _tpu_decode_step(impl: str, kv_cache_dtype: str = "auto"):
     params = jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh),
                           nnx.to_pure_dict(abstract), shardings)
     st = jax.eval_shape(lambda: core.DecodeState.init(cfg, 16, S_TPU))
-    st_sh = Placement(mesh).state_shardings(st)
+    st_sh = SamplerShardings(mesh).state_shardings(st)
     st = jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh), st, st_sh)
     lowered = core.step.lower(core.ModelDef(graphdef), make_strategy(0.0, 0, 1.0), (0,), params,
                               st)

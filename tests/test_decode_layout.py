@@ -81,7 +81,7 @@ def test_greedy_tokens_equal_learner_layout(learner, greedy_ref, tensor):
                    num_slots=8)
     _assert_same(greedy_ref, got)
     # The decode state really lives on the decode mesh: slots over the replicas.
-    st, _, _ = placement.Placement(mesh).init_buffers(CFG, 8, 64, 16)
+    st, _, _ = placement.SamplerShardings(mesh).init_buffers(CFG, 8, 64, 16)
     assert st.cache.k[0].sharding.spec[0] in ("data", ("data",))
 
 
@@ -128,7 +128,7 @@ def test_decode_step_gathers_no_logits(learner):
     """The compiled decode step on the tensor-parallel layout moves no [slots, vocab] array."""
     dec = layout.reshard(learner[1], layout.decode_mesh(jax.devices(), 4))
     mesh = placement.params_mesh(dec)
-    place = placement.Placement(mesh)
+    place = placement.SamplerShardings(mesh)
     state, _, _ = place.init_buffers(CFG, 8, 64, 16)
     graphdef = core.ModelDef(learner[0])
     hlo = core.step.lower(graphdef, strategies.Temperature(1.0), (0,), dec,
@@ -180,3 +180,25 @@ def test_weight_sync_keeps_single_device_params_on_their_device(split):
     assert sync.mesh.size == 1 and sync.choice.layout == dl.DecodeLayout(1, 1)
     assert {d for x in jax.tree.leaves(out) for d in x.devices()} == {jax.devices()[0]}
     assert sync.slots(4) == 4
+
+
+def test_weight_sync_refuses_a_layout_other_than_the_compiled_one(learner, tmp_path):
+    """`tseeds train --compiled DIR`: the manifest's decode layout is read back, and the first
+    weight sync refuses to decode on another one (here 4 replicas x tensor 2 on 8 devices)."""
+    import json
+
+    manifest = tmp_path / "manifest.json"
+    compiled = {"tensor": 2, "replicas": 4, "slots_per_replica": 6, "fit_slots_per_replica": 9}
+    manifest.write_text(json.dumps({"programs": {}, "decode_layout": compiled}))
+    path, recorded = dl.read_recorded(str(tmp_path))
+    assert path == str(manifest) and recorded == compiled
+    ok = layout.WeightSync(CFG, sampler_dtype="float32", requests=24, cache_len=64, tensor=2)
+    ok.expect_compiled(recorded, path)
+    ok(learner[1])  # 24 requests over 4 replicas: 6 slots each, as compiled
+    other = layout.WeightSync(CFG, sampler_dtype="float32", requests=24, cache_len=64, tensor=4)
+    other.expect_compiled(recorded, path)
+    with pytest.raises(ValueError, match=r"tensor 4 x 2 replicas.*compiled for tensor 2 x 4"):
+        other(learner[1])
+    (tmp_path / "bad").mkdir()
+    with pytest.raises(ValueError, match="no manifest"):
+        dl.read_recorded(str(tmp_path / "bad"))

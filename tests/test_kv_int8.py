@@ -337,7 +337,7 @@ def test_greedy_int8_logprob_gap_within_the_bound_from_quantization_error():
     # bound adds |derivative| x error over every element; the errors' signs partly cancel)
     assert b[0] == 0 and g8[0] < 1e-5
     # The same int8 decode on the decode layout (4 replicas x tensor 2 over the 8 CPU devices):
-    # the cache and its scales split by `Placement` (slots over replicas, kv heads over tensor),
+    # the cache and its scales split by `SamplerShardings` (slots over replicas, kv heads over tensor),
     # the same tokens and log-probs.
     from tseeds_jax.sampling import layout, placement
 
@@ -348,7 +348,7 @@ def test_greedy_int8_logprob_gap_within_the_bound_from_quantization_error():
     for a, r in zip(res["int8"], got, strict=True):
         assert r.tokens == a.tokens
         np.testing.assert_allclose(r.logprobs, a.logprobs, rtol=0, atol=1e-5)
-    st, _, _ = placement.Placement(mesh).init_buffers(CFG.replace(kv_cache_dtype="int8"), 4, 64,
+    st, _, _ = placement.SamplerShardings(mesh).init_buffers(CFG.replace(kv_cache_dtype="int8"), 4, 64,
                                                       16)
     assert st.cache.k_scale[0].sharding.spec == P("data", "tensor")
     assert tuple(st.cache.v_scale[1].sharding.spec) == tuple(st.cache.k[0].sharding.spec)[:2]
@@ -358,7 +358,7 @@ def test_greedy_int8_logprob_gap_within_the_bound_from_quantization_error():
 
 def _tpu_decode_step_hlo(kv_cache_dtype, impl="ragged"):
     """`test_decode_attention`'s v5p decode step with this cache dtype (the cache and its scales
-    placed by the sampler's `Placement`: slots over data, kv heads over tensor)."""
+    placed by the sampler's `SamplerShardings`: slots over data, kv heads over tensor)."""
     hlo, sh = _tpu_decode_step(impl, kv_cache_dtype)
     if kv_cache_dtype == "int8":
         assert sh.cache.k_scale[0].spec == P("data", "tensor") == sh.cache.v_scale[1].spec

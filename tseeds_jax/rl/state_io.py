@@ -220,7 +220,7 @@ class RunCheckpointer:
             self._write_seed_cache(step, cache)
             if extra:
                 self._write_extra(step, extra)
-            checkpoint.test_save_delay(f"seed-cache-written step={step}")
+            checkpoint.observe_write(f"seed-cache-written step={step}")
             t0 = time.perf_counter()
             self.ckpts.save(step, {"train": state}, meta)
             # the background part of the write is timed from here (`saving`, `finish`)

@@ -25,7 +25,7 @@ class CompileInputError(ValueError):
 
 
 def make_target(cd, *, topology: str | None = None):
-    """A `compile_programs.Target` from a ConfigDict; CompileInputError on bad input."""
+    """A `compile_programs.CompileTarget` from a ConfigDict; CompileInputError on bad input."""
     from tseeds_jax.chips import FAMILIES
     from tseeds_jax.model import sharding as shd
     from tseeds_jax.rl.config import TrainConfig
@@ -64,7 +64,7 @@ def make_target(cd, *, topology: str | None = None):
             f"{topology} torus (each axis must be a product of physical axis sizes; the "
             f"trainer's make_mesh fails the same way): {str(e).splitlines()[0][:120]}") from None
     hosts = len({d.process_index for d in devices})
-    return cp.Target(cfg=cfg, mcfg=cfg.model.model_config(), mesh=mesh, topology=topology,
+    return cp.CompileTarget(cfg=cfg, mcfg=cfg.model.model_config(), mesh=mesh, topology=topology,
                      family=family, hbm_bytes=int(hbm_gib * (1 << 30)), num_hosts=hosts)
 
 

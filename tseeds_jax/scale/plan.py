@@ -77,9 +77,9 @@ TPU_GRAD_COPIES = 2
 TPU_PARAM_CASTS = 2
 # What the heap needs beyond the live buffers: XLA places multi-GiB temporaries (a float32
 # [b, H, T, T] scores buffer, a float32 [D, V]) in one temp allocation, and its size exceeds the
-# bytes alive at any moment by a share of the largest such buffer (Qwen3-4B at T 18432: 10.1 GiB
-# scores buffers, temp 27.8 GiB for ~18 GiB alive). Fitted to the three compiled paper updates
-# (docs/scale.md): the allowance is this share of the largest temporary.
+# bytes alive at any moment by a share of the largest such buffer. Fitted to the three compiled
+# paper updates (docs/scale.md "The TPU learner model"): the allowance is this share of the
+# largest temporary.
 TPU_HEAP_SHARE_OF_LARGEST = 0.5
 # float32 [D, V]-sized buffers of the log-prob kernel's backward besides the gathered unembedding
 # (d unembed; the embedding's full-size gradient before its reduce-scatter; with splash the
@@ -150,7 +150,7 @@ class Term:
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class MemoryPlan:
     workload: Workload
     terms: tuple[Term, ...]
     hbm_bytes: int | None
@@ -207,7 +207,7 @@ def _div(n: int, k: int) -> tuple[int, bool]:
 # the estimate
 
 
-def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
+def estimate(w: Workload, *, hbm_bytes: int | None = None) -> MemoryPlan:
     """The per-device memory plan of `w` (see the module docstring for the model)."""
     m = w.model
     data, fsdp, tensor = w.mesh
@@ -323,7 +323,7 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
                           t_len=t_len, n_seq=n_seq)
 
 
-def _after_learner(w, lay, terms, add, warns, hbm_bytes, *, h, f, h_t, f_t, t_len, n_seq) -> Plan:
+def _after_learner(w, lay, terms, add, warns, hbm_bytes, *, h, f, h_t, f_t, t_len, n_seq) -> MemoryPlan:
     """The sampler, statistics and host phases (shared by both learner models)."""
     m = w.model
     data, fsdp, tensor = w.mesh
@@ -387,7 +387,7 @@ def _after_learner(w, lay, terms, add, warns, hbm_bytes, *, h, f, h_t, f_t, t_le
         add("host", "seed cache (host RAM)", seeds,
             f"(T-1)={w.refresh_interval - 1} batches x {n_seq} x R={w.response_len} x "
             "(id + log-prob + entropy)")
-    return Plan(w, tuple(terms), hbm_bytes, tuple(warns))
+    return MemoryPlan(w, tuple(terms), hbm_bytes, tuple(warns))
 
 
 def _learner_compiled(w: Workload, lay: ParamLayout, add, *, n_tok, n_resp, b, t_len, h_t, k_t,
@@ -408,8 +408,8 @@ def _learner_compiled(w: Workload, lay: ParamLayout, add, *, n_tok, n_resp, b, t
             "float32 reduce-scattered gradients of the micro-batch, beside the accumulator")
     # Unreduced (grad_reduce "update"), the compiler adds each layer's gradient into the
     # accumulator as the backward produces it: at the planned 10% schedule no second whole
-    # copy is alive (r1 on data 8 x fsdp 8: 14.2 GiB compiled; at libtpu's default schedule
-    # it keeps one, 22.2 GiB; docs/scale.md "Gradients that move once").
+    # copy is alive (at libtpu's default schedule it keeps one; docs/scale.md "Gradients that
+    # move once").
     if pb != a:
         add("learner", "compute-dtype parameter casts", TPU_PARAM_CASTS * lay.per_device * a,
             f"{TPU_PARAM_CASTS} casts of the parameter shards, hoisted out of the micro-batch loop")

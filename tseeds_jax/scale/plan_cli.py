@@ -61,7 +61,7 @@ def _parse(argv: list[str]):
 
 def build_plan(cd, *, accelerator=None, hbm_gib=None, num_devices=None, kernel_impl=None,
                sampler_placement=None, stats_rows=0):
-    """(Plan, Accelerator | None) of a ConfigDict; raises ValueError on bad input."""
+    """(MemoryPlan, Accelerator | None) of a ConfigDict; raises ValueError on bad input."""
     from tseeds_jax.chips import parse_accelerator
     from tseeds_jax.rl.config import TrainConfig
     from tseeds_jax.scale import plan as plan_lib
