@@ -10,11 +10,12 @@ machine load affects all alike:
   * async: `Checkpoints(async_save=True).save(...)` is called, then steps run while Orbax writes
     in its background thread, until the step is committed;
   * sync: `Checkpoints(async_save=False).save(...)` blocks until committed (the stall).
-The filesystem is slowed by the test hook TSEEDS_TEST_WRITE_LATENCY_S (tseeds_jax/checkpoint.py:
-every checkpoint write waits --latency seconds before its commit, as a remote bucket's latency
-would), so a write takes at least that long. Reported: the median baseline step; the steps that
-run while the asynchronous write is in flight (median, and the mean over the whole write
-including the step that issued the save and its blocking copy), each as a ratio to the baseline;
+The filesystem is slowed by an observer of checkpoint writes (tseeds_jax/checkpoint.py
+WRITE_OBSERVERS: every checkpoint write waits --latency seconds before its commit, as a remote
+bucket's latency would), so a write takes at least that long. Reported: the median baseline
+step; the steps that run while the asynchronous write is in flight (median, and the mean over
+the whole write including the step that issued the save and its blocking copy), each as a ratio
+to the baseline;
 the blocking part of an asynchronous save; the synchronous save's stall. Rewrites the
 `checkpoint` section of docs/benchmarks.md.
 """
@@ -77,11 +78,15 @@ def main():
     ap.add_argument("--load", type=int, default=24, help="matmuls per stand-in step")
     ap.add_argument("--no-write", action="store_true", help="print only")
     args = ap.parse_args()
-    os.environ["TSEEDS_TEST_WRITE_LATENCY_S"] = str(args.latency)
-
     import jax
 
     from tseeds_jax import checkpoint
+
+    def slow_commit(where: str) -> None:
+        if where.startswith("orbax-uncommitted"):
+            time.sleep(args.latency)
+
+    checkpoint.WRITE_OBSERVERS.append(slow_commit)
 
     state = make_state(args.mib)
     x = jax.numpy.asarray(np.random.default_rng(1).normal(size=(512, 512)).astype(np.float32)
@@ -135,7 +140,7 @@ def main():
         f"{os.cpu_count()} CPU cores, jax {jax.__version__}, backend "
         f"{jax.default_backend()}). State of {args.mib} MiB; every checkpoint write waits "
         f"{args.latency:g} s before its commit (the slowed-filesystem hook "
-        "TSEEDS_TEST_WRITE_LATENCY_S); a stand-in step of a jitted update + matmul load; "
+        "checkpoint.WRITE_OBSERVERS); a stand-in step of a jitted update + matmul load; "
         f"{args.rounds} rounds interleaving the three modes, {sum(n_during)} steps ran during "
         "asynchronous writes.",
         "",

@@ -128,7 +128,7 @@ def build_ours(a, hf_dir: str, run_dir: str):
     t0 = time.perf_counter()
     trainer = runner.make_trainer(cfg, checkpoints=False, env_overrides=dict(
         reward_fn=reward_fn, decode=lambda ids: " ".join(map(str, ids))))
-    max_prefill = int(cfg.data["max_prompt_len"]) + cfg.rollout.max_response_len
+    max_prefill = cfg.data.max_prompt_len + cfg.rollout.max_response_len
     trainer.env.sample_fn = setup.make_sample_fn(cfg, trainer.env.graphdef, (), max_prefill)
     return trainer, time.perf_counter() - t0
 
@@ -305,8 +305,8 @@ def profile(a, trainer, hf_model, prompts) -> str:
             ("ours: sampler, same, greedy (no Gumbel noise)", _cpu_median(gen(0.0)))]
     samples = rollout.continue_samples(trainer.env.sample_fn, trainer.state.params, reqs[::a.group],
                                        [None] * a.prompts, a.group, r, (1, 0))
-    batch = rollout.build_batch(samples, np.ones(n), prompt_width=int(
-        trainer.cfg.data["max_prompt_len"]), response_width=r, pad_id=trainer.env.pad_id)
+    batch = rollout.build_batch(samples, np.ones(n), prompt_width=trainer.cfg.data.max_prompt_len,
+                                response_width=r, pad_id=trainer.env.pad_id)
     lrn = trainer.learner
 
     def update():

@@ -48,10 +48,7 @@ def get_config(variant: str = "tpu"):
         seeds_variant="state")  # seed tokens are context only (paper's better code variant)
     if variant == "tpu":
         # An 8-bit KV cache (int8 + a float32 scale per slot, kv head and position): at 24k-token
-        # caches the decode step is bound by KV reads, and int8 halves them (compiled decode
-        # step 1.9x the bfloat16 cache's bound, 2.2x / 4.8x today's at full cache / live
-        # context; docs/scale.md, issue #23). The sampler-vs-learner log-prob gap it adds was of
-        # the order of the bfloat16 sampler's own on a tiny model (docs/scale.md); not measured
-        # on Qwen3-4B itself.
+        # caches the decode step is bound by KV reads, and int8 halves them. Its compiled decode
+        # step and the sampler-vs-learner log-prob gap it adds: docs/scale.md.
         c.model.kv_cache_dtype = "int8"
     return c

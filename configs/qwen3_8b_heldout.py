@@ -1,4 +1,4 @@
-"""Held-out shape for the memory planner (issue #28): a Qwen3-8B-like architecture on math with
+"""Held-out shape for the memory planner: a Qwen3-8B-like architecture on math with
 Thinking Seeds (ratio 0.3, T 8), not a run the paper reports.
 
 The planner's TPU constants (`scale/plan.py`, docs/scale.md "The TPU learner model") were fitted to
@@ -7,7 +7,7 @@ config is a fourth model shape (D 4096, F 12288, 36 layers, 32 heads / 8 kv head
 151,936-word vocabulary; Qwen/Qwen3-8B's config.json architecture fields, no weights needed) and a
 fourth context length (2k prompts + 6k responses), kept out of every fit so that
 `tseeds plan --config configs/qwen3_8b_heldout.py --compile` is a check of the planner, not of its
-fit (docs/scale.md "Held-out validation (issue #28)"). `model.init` / `tokenizer` / `data.source`
+fit (docs/scale.md "Held-out validation"). `model.init` / `tokenizer` / `data.source`
 are placeholders; point them at your HF folder and data to train it.
 
 Variants (`FILE:VARIANT`): `tpu` (default) = a v5p-64 slice (32 devices, fsdp 32); `small` = the

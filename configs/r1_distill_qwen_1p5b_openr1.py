@@ -28,9 +28,8 @@ VARIANTS = {
     # data 8 x fsdp 8: jax.make_mesh lays each mesh axis on whole torus axes of the 8x8 v6e-64
     # (fsdp 32 x tensor 2 cannot be built there). With fsdp on one torus axis libtpu
     # reduce-scatters the weight gradients; over both (fsdp 64) it all-reduces them whole and
-    # slices. grad_reduce "update": one reduction per update instead of one per micro-step.
-    # Collectives per device per update 51.2 -> 25.3 GB, peak 7.4 -> 22.2 GiB of 32
-    # (`tseeds compile`, docs/scale.md "Gradients that move once").
+    # slices. grad_reduce "update": one reduction per update instead of one per micro-step
+    # (half the collective bytes, more memory: docs/scale.md "Gradients that move once").
     "tpu": Slice("v6e-64", data=8, fsdp=8, sampler_placement="decode", grad_reduce="update"),
     "gpu": Slice("8xH100", fsdp=8, sampler_placement="decode"),
 }

@@ -20,17 +20,8 @@ import dataclasses
 
 import jax
 
-# device_kind strings as reported by libtpu (checked against the compile-only topologies
-# v4:2x2x1, v5e:2x2, v5p:2x2x1, v6e:2x2 of libtpu 0.0.42.1).
-_DEVICE_KIND_TO_GENERATION = {
-    "TPU v4": "v4",
-    "TPU v5 lite": "v5e",
-    "TPU v5e": "v5e",
-    "TPU v5": "v5p",
-    "TPU v5p": "v5p",
-    "TPU v6 lite": "v6e",
-    "TPU v6e": "v6e",
-}
+from tseeds_jax.chips import TPU_DEVICE_KINDS
+
 PLATFORMS = ("tpu", "gpu", "cpu")
 
 
@@ -48,7 +39,7 @@ def tpu_generation(device_kind: str | None) -> str | None:
     """'v4' / 'v5e' / 'v5p' / 'v6e' for a TPU device_kind string, None when not known."""
     if device_kind is None:
         return None
-    return _DEVICE_KIND_TO_GENERATION.get(device_kind.strip())
+    return TPU_DEVICE_KINDS.get(device_kind.strip())  # the chip table's (tseeds_jax/chips.py)
 
 
 def _normalise_platform(p: str) -> str:

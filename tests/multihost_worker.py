@@ -4,7 +4,8 @@ argv: OUT_NPZ RUN_DIR [SPEC_JSON]. Multi-process settings come from TSEEDS_* env
 variables. SPEC_JSON (optional): {"devices": CPU devices of this process (default 1),
 "overrides": config overrides on top of the base run below, "reward": "half_parity" (groups of
 about half the prompts all score 0: DAPO dynamic sampling filters them and tops up),
-"checkpoints": true (write checkpoints to RUN_DIR)}.
+"checkpoints": true (write checkpoints to RUN_DIR), "write_latency_s": hold every checkpoint
+write that long before its commit (tests/checkpoint_hooks.py)}.
 Prints "done INDEX COUNT" and a "stats {...}" JSON line (diagnostics the npz does not compare).
 Stopped by SIGTERM / SIGINT (rl/preemption.py): prints "preempted STEP" and exits with the
 trainer's exit code (75 / 130).
@@ -28,6 +29,7 @@ import numpy as np  # noqa: E402
 
 jax.config.update("jax_default_matmul_precision", "highest")
 
+from tests.checkpoint_hooks import slow_commit  # noqa: E402
 from tests.trainer_utils import parity_reward, tiny_trainer  # noqa: E402
 from tseeds_jax.rl import hosts  # noqa: E402
 from tseeds_jax.rl.preemption import Preempted  # noqa: E402
@@ -67,6 +69,7 @@ def main(out, run_dir):
     # g / (|g| + eps) would blow the float32 rounding of near-zero entries up to ~lr.
     over = {"seeds.refresh_interval": 2, "seeds.ratio": 0.5, "steps": 3, "optim.eps": 1e-3,
             **SPEC.get("overrides", {})}
+    slow_commit(float(SPEC.get("write_latency_s", 0.0)))
     tr = tiny_trainer(run_dir, checkpoints=SPEC.get("checkpoints", False), **over)
     if SPEC.get("reward") == "half_parity":
         tr.env.reward_fn = half_parity_reward

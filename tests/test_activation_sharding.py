@@ -47,7 +47,7 @@ def test_prefill_scores_are_split_over_the_batch_axes(model_split, mesh_spec):
     graphdef, params = model_split
     mesh = sh.make_mesh(mesh_spec)
     params = jax.device_put(params, sh.param_shardings(params, mesh))
-    place = placement.Placement(mesh)
+    place = placement.SamplerShardings(mesh)
     rows = lambda shape, dt: jax.ShapeDtypeStruct(shape, dt, sharding=place.rows(shape, "t"))  # noqa: E731
     args = (rows((ROWS, T), jnp.int32), rows((ROWS,), jnp.int32), rows((ROWS, 2), jnp.uint32),
             rows((ROWS,), jnp.int32), rows((ROWS,), bool))

@@ -12,6 +12,7 @@ import signal
 import numpy as np
 import pytest
 
+from tests.checkpoint_hooks import delay_observer
 from tests.test_preemption import _Prompts, _state
 from tests.test_preemption import _run as _saved_run
 from tseeds_jax import checkpoint
@@ -149,7 +150,7 @@ def test_injected_truncation_still_falls_back_after_async_saves(tmp_path, capsys
 
 def test_async_save_returns_before_the_write_commits_and_keeps_commit_order(tmp_path,
                                                                             monkeypatch, capsys):
-    monkeypatch.setenv(checkpoint.SAVE_DELAY_ENV, "1.0")  # every write takes >= 1 s
+    monkeypatch.setattr(checkpoint, "WRITE_OBSERVERS", [delay_observer(1.0)])  # writes take >= 1 s
     ck = RunCheckpointer(str(tmp_path), keep_last=1, response_width=4, async_save=True)
     seeds = tmp_path / "seed_cache"
     ck.save(2, _state(2), SeedCache(cycle_start=2), _Prompts(2))
@@ -169,7 +170,7 @@ def test_async_save_returns_before_the_write_commits_and_keeps_commit_order(tmp_
 
 
 def test_async_historical_snapshot_is_written_in_the_background(tmp_path, monkeypatch):
-    monkeypatch.setenv(checkpoint.SAVE_DELAY_ENV, "0.5")
+    monkeypatch.setattr(checkpoint, "WRITE_OBSERVERS", [delay_observer(0.5)])
     ck = checkpoint.Checkpoints(tmp_path / "ck", async_save=True)
     ck.save_historical("behavior-00000003", _state(3), {"step": 3})
     assert ck.historical_names() == []  # still being written: not listed

@@ -53,13 +53,13 @@ def test_paper_scale_settings(name, accel, tokens):
     """Section 5.1 values: batch 32, G 8, clip-high 0.28, ratio 0.3, T 8, DAPO clip_c 10."""
     cfg = TrainConfig.from_config(_load_with_config_flags(os.path.join(ROOT, "configs", name)))
     assert cfg.hardware.accelerator == accel
-    assert int(cfg.data["max_prompt_len"]) + cfg.rollout.max_response_len == tokens
+    assert cfg.data.max_prompt_len + cfg.rollout.max_response_len == tokens
     assert (cfg.rollout.batch_prompts, cfg.rollout.group_size) == (32, 8)
     assert (cfg.loss.clip_low, cfg.loss.clip_high, cfg.loss.clip_c) == (0.2, 0.28, 10.0)
     assert (cfg.seeds.refresh_interval, cfg.seeds.ratio) == (8, 0.3)
     assert (cfg.optim.lr, cfg.optim.weight_decay, cfg.optim.grad_clip) == (1e-6, 0.1, 1.0)
-    assert cfg.model["remat"] and cfg.model["dtype"] == "bfloat16"
-    assert cfg.model["init"].startswith("hf:") and cfg.tokenizer.startswith("hf:")
+    assert cfg.model.remat and cfg.model.dtype == "bfloat16"
+    assert cfg.model.init.startswith("hf:") and cfg.tokenizer.startswith("hf:")
     # One sequence per device per micro-step on the batch axes.
     assert cfg.optim.micro_batch_size == cfg.mesh["data"] * cfg.mesh["fsdp"]
 

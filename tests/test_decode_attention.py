@@ -187,13 +187,12 @@ def test_auto_follows_the_target_and_bad_input_names_the_field():
 @pytest.mark.parametrize("source", ["random", "hf", "orbax"])
 def test_config_field_reaches_the_model_and_the_planner(source, tmp_path):
     """`config.model.decode_attention_impl` reaches the trainer's model whatever the weights'
-    source, and `scale/plan.model_config_for` (what `tseeds compile` builds); a bad value is an
+    source, and `TrainModelConfig.model_config` (what `tseeds compile` builds); a bad value is an
     error naming the field."""
     from tseeds_jax.hf import hf_to_orbax
     from tseeds_jax.hf.testing import write_random_hf_folder
     from tseeds_jax.rl.config import TrainConfig, default_config
     from tseeds_jax.rl.setup import build_model
-    from tseeds_jax.scale.plan import model_config_for
 
     arch = dict(model_type="qwen2", vocab_size=64, hidden_size=16, intermediate_size=32,
                 num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
@@ -211,7 +210,7 @@ def test_config_field_reaches_the_model_and_the_planner(source, tmp_path):
     cd.model.decode_attention_impl = "ragged"
     assert build_model(TrainConfig.from_config(cd), vocab_size=64).cfg.decode_attention_impl \
         == "ragged"
-    assert model_config_for(cd).decode_attention_impl == "ragged"
+    assert TrainConfig.from_config(cd).model.model_config().decode_attention_impl == "ragged"
     cd.model.decode_attention_impl = "paged"
     with pytest.raises(ConfigError, match="decode_attention_impl='paged'"):
         build_model(TrainConfig.from_config(cd), vocab_size=64)
@@ -224,12 +223,12 @@ S_TPU = 768  # no other array of the program ends in 768 (vocab 512, MLP 512, he
 
 def _tpu_decode_step(impl: str, kv_cache_dtype: str = "auto"):
     """A 2-layer sampler decode step compiled for v5p:2x2x1 (data 2 x tensor 2), its state laid
-    out by the sampler's own `Placement`: (optimized HLO text, the state's shardings)."""
+    out by the sampler's own `SamplerShardings`: (optimized HLO text, the state's shardings)."""
     from flax import nnx
 
     from tseeds_jax.model import sharding as shd
     from tseeds_jax.sampling import core
-    from tseeds_jax.sampling.placement import Placement
+    from tseeds_jax.sampling.placement import SamplerShardings
     from tseeds_jax.sampling.strategies import make_strategy
     from tseeds_jax.scale import topology
 
@@ -244,7 +243,7 @@ def _tpu_decode_step(impl: str, kv_cache_dtype: str = "auto"):
     params = jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh),
                           nnx.to_pure_dict(abstract), shardings)
     st = jax.eval_shape(lambda: core.DecodeState.init(cfg, 16, S_TPU))
-    st_sh = Placement(mesh).state_shardings(st)
+    st_sh = SamplerShardings(mesh).state_shardings(st)
     st = jax.tree.map(lambda x, sh: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sh), st, st_sh)
     lowered = core.step.lower(core.ModelDef(graphdef), make_strategy(0.0, 0, 1.0), (0,), params,
                               st)

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from tseeds_jax import decode_layout as dl
 from tseeds_jax.model import ModelConfig, init_model
 from tseeds_jax.model import sharding as sh
 from tseeds_jax.sampling import core, generate, layout, placement, strategies, vocab_parallel
@@ -80,7 +81,7 @@ def test_greedy_tokens_equal_learner_layout(learner, greedy_ref, tensor):
                    num_slots=8)
     _assert_same(greedy_ref, got)
     # The decode state really lives on the decode mesh: slots over the replicas.
-    st, _, _ = placement.Placement(mesh).init_buffers(CFG, 8, 64, 16)
+    st, _, _ = placement.SamplerShardings(mesh).init_buffers(CFG, 8, 64, 16)
     assert st.cache.k[0].sharding.spec[0] in ("data", ("data",))
 
 
@@ -127,7 +128,7 @@ def test_decode_step_gathers_no_logits(learner):
     """The compiled decode step on the tensor-parallel layout moves no [slots, vocab] array."""
     dec = layout.reshard(learner[1], layout.decode_mesh(jax.devices(), 4))
     mesh = placement.params_mesh(dec)
-    place = placement.Placement(mesh)
+    place = placement.SamplerShardings(mesh)
     state, _, _ = place.init_buffers(CFG, 8, 64, 16)
     graphdef = core.ModelDef(learner[0])
     hlo = core.step.lower(graphdef, strategies.Temperature(1.0), (0,), dec,
@@ -140,27 +141,27 @@ def test_decode_step_gathers_no_logits(learner):
 
 
 def test_choose_by_roofline_and_memory():
-    m = layout.DecodeModel(weight_bytes=15_000_000_000, kv_bytes_per_token=57_344, hidden=3584,
+    m = dl.DecodeModel(weight_bytes=15_000_000_000, kv_bytes_per_token=57_344, hidden=3584,
                            layers=28, kv_heads=4, heads=28)
-    assert layout.tensor_candidates(m, 32, 4) == [1, 2, 4]
-    c = layout.choose(m, devices=32, per_host=4, requests=1792, free_bytes=90e9, cache_len=4096,
+    assert dl.tensor_candidates(m, 32, 4) == [1, 2, 4]
+    c = dl.choose_tensor(m, devices=32, per_host=4, requests=1792, free_bytes=90e9, cache_len=4096,
                       hbm_bw=2.7e12, ici_bw=1.2e12)
     # Hand count for tensor 4: 8 replicas of 224 slots; per device per step the weights / 4 and
     # 224 x 4096 x 57,344 / 4 bytes of cache, two all-reduces of [224, 3584] bf16 per layer.
     hbm = (15e9 + 224 * 4096 * 57344) / 4 / 2.7e12
     ici = 2 * 28 * 2 * 224 * 3584 * 2 * 0.75 / 1.2e12
-    assert c.layout == layout.DecodeLayout(4, 8) and c.slots == 224
+    assert c.layout == dl.DecodeLayout(4, 8) and c.slots == 224
     assert c.tokens_per_s_per_device == pytest.approx(56 / (hbm + ici), rel=1e-9)
     # Memory bounds the slots: 12 GB free leaves (0.85 x 12e9 - 15e9/4) / (4096 x 57344 / 4).
-    small = layout.choose(m, devices=32, per_host=4, requests=1792, free_bytes=12e9,
+    small = dl.choose_tensor(m, devices=32, per_host=4, requests=1792, free_bytes=12e9,
                           cache_len=4096, hbm_bw=2.7e12, ici_bw=1.2e12, tensor=4)
     fit = int((0.85 * 12e9 - 15e9 / 4) // (4096 * 57344 / 4))
     assert small.fit == fit == 109
     # 224 requests per replica in the fewest waves of at most 109, spread evenly: 3 x 75.
     assert small.slots == 75
-    assert [layout.balanced_slots(n, 83) for n in (83, 84, 112, 166, 167)] == [83, 42, 56, 83, 56]
+    assert [dl.balanced_slots(n, 83) for n in (83, 84, 112, 166, 167)] == [83, 42, 56, 83, 56]
     with pytest.raises(ValueError, match="no tensor width"):
-        layout.choose(m, devices=32, per_host=4, requests=64, free_bytes=1e9, cache_len=4096)
+        dl.choose_tensor(m, devices=32, per_host=4, requests=64, free_bytes=1e9, cache_len=4096)
 
 
 def test_weight_sync_reshards_once_per_params_and_sizes_slots(learner):
@@ -176,6 +177,28 @@ def test_weight_sync_keeps_single_device_params_on_their_device(split):
     # A one-device learner (CPU runs): the decode layout is that device, tensor 1 (no chip table).
     sync = layout.WeightSync(CFG, sampler_dtype="float32", requests=4, cache_len=64)
     out = sync(split[1])
-    assert sync.mesh.size == 1 and sync.choice.layout == layout.DecodeLayout(1, 1)
+    assert sync.mesh.size == 1 and sync.choice.layout == dl.DecodeLayout(1, 1)
     assert {d for x in jax.tree.leaves(out) for d in x.devices()} == {jax.devices()[0]}
     assert sync.slots(4) == 4
+
+
+def test_weight_sync_refuses_a_layout_other_than_the_compiled_one(learner, tmp_path):
+    """`tseeds train --compiled DIR`: the manifest's decode layout is read back, and the first
+    weight sync refuses to decode on another one (here 4 replicas x tensor 2 on 8 devices)."""
+    import json
+
+    manifest = tmp_path / "manifest.json"
+    compiled = {"tensor": 2, "replicas": 4, "slots_per_replica": 6, "fit_slots_per_replica": 9}
+    manifest.write_text(json.dumps({"programs": {}, "decode_layout": compiled}))
+    path, recorded = dl.read_recorded(str(tmp_path))
+    assert path == str(manifest) and recorded == compiled
+    ok = layout.WeightSync(CFG, sampler_dtype="float32", requests=24, cache_len=64, tensor=2)
+    ok.expect_compiled(recorded, path)
+    ok(learner[1])  # 24 requests over 4 replicas: 6 slots each, as compiled
+    other = layout.WeightSync(CFG, sampler_dtype="float32", requests=24, cache_len=64, tensor=4)
+    other.expect_compiled(recorded, path)
+    with pytest.raises(ValueError, match=r"tensor 4 x 2 replicas.*compiled for tensor 2 x 4"):
+        other(learner[1])
+    (tmp_path / "bad").mkdir()
+    with pytest.raises(ValueError, match="no manifest"):
+        dl.read_recorded(str(tmp_path / "bad"))

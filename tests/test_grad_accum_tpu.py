@@ -24,7 +24,7 @@ CONFIG = os.path.join(ROOT, "configs", "tiny_thinking_seeds.py")
 
 def _collectives(mode: str) -> dict:
     from tseeds_jax.scale import compile_programs as cp
-    from tseeds_jax.scale import compile_run, plan
+    from tseeds_jax.scale import compile_run, plan_common
     from tseeds_jax.scale.hlo_cost import hlo_cost
 
     spec = importlib.util.spec_from_file_location("tiny_ts_grad", CONFIG)
@@ -49,7 +49,7 @@ def _collectives(mode: str) -> dict:
     with jax.default_matmul_precision("default"):
         lowered, _ = cp.lower(prog, t.family)
     cost = hlo_cost(lowered.compile().as_text(), num_devices=64)
-    return cost.collective_bytes, plan.param_layout(t.mcfg, (1, 64, 1)).total
+    return cost.collective_bytes, plan_common.param_layout(t.mcfg, (1, 64, 1)).total
 
 
 @pytest.mark.slow  # two TPU compiles of a 64-device program (~1 min on 2 busy cores)

@@ -153,21 +153,26 @@ def test_config_field_cache_layout_and_bad_value():
     auto = KVCache.init(cfg.replace(kv_cache_dtype="auto"), 3, 64)
     assert not auto.quantized and auto.k[0].dtype == jnp.bfloat16 and auto.k_scale is None
     # the sizing counts 1 byte per element + two float32 scales per position and head
-    from tseeds_jax.sampling.layout import kv_bytes_per_token
+    from tseeds_jax.model import config as model_config
+    from tseeds_jax.model import decode_attention
 
-    assert kv_bytes_per_token(cfg) == 2 * 2 * 2 * (16 * 1 + 4)
-    assert kv_bytes_per_token(cfg.replace(kv_cache_dtype="auto")) == 2 * 2 * 2 * 16 * 2
+    assert model_config.KV_SCALE_BYTES == decode_attention.KV_SCALE_BYTES
+    assert cfg.kv_bytes_per_token == 2 * 2 * 2 * (16 * 1 + 4)
+    assert cfg.replace(kv_cache_dtype="auto").kv_bytes_per_token == 2 * 2 * 2 * 16 * 2
+    # and it is what the allocated caches hold, per slot and position
+    for cache, mcfg in ((c, cfg), (auto, cfg.replace(kv_cache_dtype="auto"))):
+        arrays = [*cache.k, *cache.v, *(cache.k_scale or ()), *(cache.v_scale or ())]
+        assert sum(x.nbytes for x in arrays) == mcfg.kv_bytes_per_token * 3 * 64
 
 
 @pytest.mark.parametrize("source", ["random", "hf", "orbax"])
 def test_config_field_reaches_the_model_and_the_planner(source, tmp_path):
     """`config.model.kv_cache_dtype` reaches the trainer's model whatever the weights' source,
-    and `scale/plan.model_config_for` (what `tseeds compile` builds)."""
+    and `TrainModelConfig.model_config` (what `tseeds compile` builds)."""
     from tseeds_jax.hf import hf_to_orbax
     from tseeds_jax.hf.testing import write_random_hf_folder
     from tseeds_jax.rl.config import TrainConfig, default_config
     from tseeds_jax.rl.setup import build_model
-    from tseeds_jax.scale.plan import model_config_for
 
     arch = dict(model_type="qwen2", vocab_size=64, hidden_size=16, intermediate_size=32,
                 num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1)
@@ -182,7 +187,7 @@ def test_config_field_reaches_the_model_and_the_planner(source, tmp_path):
         cd.model.init = f"orbax:{tmp_path / 'ckpt'}"
     cd.model.kv_cache_dtype = "int8"
     assert build_model(TrainConfig.from_config(cd), vocab_size=64).cfg.kv_cache_dtype == "int8"
-    assert model_config_for(cd).kv_cache_dtype == "int8"
+    assert TrainConfig.from_config(cd).model.model_config().kv_cache_dtype == "int8"
     cd.model.kv_cache_dtype = "int4"
     with pytest.raises(ConfigError, match="kv_cache_dtype='int4'"):
         build_model(TrainConfig.from_config(cd), vocab_size=64)
@@ -332,7 +337,7 @@ def test_greedy_int8_logprob_gap_within_the_bound_from_quantization_error():
     # bound adds |derivative| x error over every element; the errors' signs partly cancel)
     assert b[0] == 0 and g8[0] < 1e-5
     # The same int8 decode on the decode layout (4 replicas x tensor 2 over the 8 CPU devices):
-    # the cache and its scales split by `Placement` (slots over replicas, kv heads over tensor),
+    # the cache and its scales split by `SamplerShardings` (slots over replicas, kv heads over tensor),
     # the same tokens and log-probs.
     from tseeds_jax.sampling import layout, placement
 
@@ -343,7 +348,7 @@ def test_greedy_int8_logprob_gap_within_the_bound_from_quantization_error():
     for a, r in zip(res["int8"], got, strict=True):
         assert r.tokens == a.tokens
         np.testing.assert_allclose(r.logprobs, a.logprobs, rtol=0, atol=1e-5)
-    st, _, _ = placement.Placement(mesh).init_buffers(CFG.replace(kv_cache_dtype="int8"), 4, 64,
+    st, _, _ = placement.SamplerShardings(mesh).init_buffers(CFG.replace(kv_cache_dtype="int8"), 4, 64,
                                                       16)
     assert st.cache.k_scale[0].sharding.spec == P("data", "tensor")
     assert tuple(st.cache.v_scale[1].sharding.spec) == tuple(st.cache.k[0].sharding.spec)[:2]
@@ -353,7 +358,7 @@ def test_greedy_int8_logprob_gap_within_the_bound_from_quantization_error():
 
 def _tpu_decode_step_hlo(kv_cache_dtype, impl="ragged"):
     """`test_decode_attention`'s v5p decode step with this cache dtype (the cache and its scales
-    placed by the sampler's `Placement`: slots over data, kv heads over tensor)."""
+    placed by the sampler's `SamplerShardings`: slots over data, kv heads over tensor)."""
     hlo, sh = _tpu_decode_step(impl, kv_cache_dtype)
     if kv_cache_dtype == "int8":
         assert sh.cache.k_scale[0].spec == P("data", "tensor") == sh.cache.v_scale[1].spec

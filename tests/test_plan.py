@@ -7,10 +7,10 @@ import jax
 import numpy as np
 import pytest
 
+from tseeds_jax.chips import parse_accelerator
 from tseeds_jax.model import ModelConfig
 from tseeds_jax.model.sharding import make_mesh, sharded_init
-from tseeds_jax.scale import plan, plan_cli, suggest
-from tseeds_jax.scale.hardware import parse_accelerator
+from tseeds_jax.scale import plan, plan_cli, plan_common, suggest
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The paper-scale configs with a target slice / GPU host (docs/scale.md).
@@ -56,7 +56,7 @@ def test_param_division_matches_real_sharded_init(mesh):
     leaves = jax.tree_util.tree_leaves(jax.tree_util.tree_map(
         lambda v: v, __import__("flax").nnx.state(model)))
     on_dev = sum(s.data.nbytes for x in leaves for s in x.addressable_shards if s.device == dev)
-    lay = plan.param_layout(cfg, mesh)
+    lay = plan_common.param_layout(cfg, mesh)
     assert lay.total == cfg.num_params
     assert lay.per_device * 4 == pytest.approx(on_dev, rel=1e-9)
 
@@ -65,7 +65,7 @@ def test_kv_cache_formula():
     w = _workload(sampler_placement="sharded", mesh=(1, 2, 2), sampler_slots=8)
     p = plan.estimate(w)
     kv = next(t.bytes for t in p.terms if t.name == "KV cache")
-    s = plan.cache_bucket(16 + 48)
+    s = plan_common.cache_bucket(16 + 48)
     # slots split over data x fsdp, kv heads over tensor; float32 cache.
     assert kv == (8 // 2) * s * 2 * 2 * (2 // 2) * 16 * 4
 
@@ -173,13 +173,13 @@ def test_sampler_placements():
                   micro_batch_size=4)
     rep = plan.estimate(w)
     shd = plan.estimate(w.replace(sampler_placement="sharded"))
-    lay = plan.param_layout(TINY, (1, 4, 1))
+    lay = plan_common.param_layout(TINY, (1, 4, 1))
     # replica: a full copy on one device; sharded: the learner's shards as they are (float32).
     assert _term(rep, "sampler parameters").bytes == lay.total * 4
     assert not any(t.name == "sampler parameters" for t in shd.terms)
     assert _term(rep, "parameter replica", "stats").bytes == lay.total * 4
     # 6 slots round up to 8 = 2 per device; the replica holds all 6.
-    s = plan.cache_bucket(16 + 48)
+    s = plan_common.cache_bucket(16 + 48)
     assert _term(rep, "KV cache").bytes == 6 * s * 2 * 2 * 2 * 16 * 4
     assert _term(shd, "KV cache").bytes == 2 * s * 2 * 2 * 2 * 16 * 4
     assert shd.phase_total("sampler") < rep.phase_total("sampler")
@@ -294,24 +294,25 @@ def test_stats_chunk_rows_is_the_trainers_chunking(rows, micro, shards, want):
 
 @pytest.mark.parametrize("family", ["v4", "v5e", "v5p", "v6e"])
 def test_one_chip_table_from_jax(family):
-    """`hardware.chip` takes TPU peak FLOP/s and HBM bandwidth from JAX's table (per TensorCore,
+    """`chips.chip` takes TPU peak FLOP/s and HBM bandwidth from JAX's table (per TensorCore,
     x2 on the megacore v4 / v5p), and the Pallas block table (kernels/tpu_blocks.py, per core)
     agrees with it; the roofline has no table of its own any more."""
     from jax._src.pallas.mosaic.tpu_info import ChipVersion
     from jax.experimental.pallas import tpu as pltpu
-    from tseeds_jax.kernels.tpu_blocks import TPU_GENERATIONS
 
-    from tseeds_jax.scale import hardware, topology
+    from tseeds_jax import chips
+    from tseeds_jax.kernels.tpu_blocks import TPU_GENERATIONS
+    from tseeds_jax.scale import topology
 
     cores = 2 if family in ("v4", "v5p") else 1
     info = pltpu.get_tpu_info_for_chip(ChipVersion(family), cores)
-    c = hardware.chip(family)
+    c = chips.chip(family)
     assert c.bf16_flops == info.bf16_ops_per_second * cores
     assert c.hbm_bandwidth == info.mem_bw_bytes_per_second * cores
     gen = TPU_GENERATIONS[family]
     assert (gen.bf16_flops * cores, gen.hbm_bytes_per_s * cores) == (c.bf16_flops, c.hbm_bandwidth)
     assert c.ici_bandwidth > 0 and "JAX" in c.source
-    assert hardware.FAMILIES[family][0] == c.hbm_gib
+    assert chips.FAMILIES[family][0] == c.hbm_gib
     assert not hasattr(topology, "CHIPS")
 
 
@@ -331,7 +332,7 @@ def test_attention_terms_follow_the_kernel(impl, kind):
     they hold one float32 [rows, H, T, T] (and grow ~4x when T doubles)."""
     t = 8192
     w1, w2 = _tpu_workload(impl, t), _tpu_workload(impl, 2 * t)
-    assert plan.attention_kind(w1, t) == kind
+    assert plan_common.attention_kind(w1, t) == kind
     p1, p2 = plan.estimate(w1), plan.estimate(w2)
 
     def term(p, phase, name):

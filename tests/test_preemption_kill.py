@@ -25,10 +25,15 @@ from tests.test_preemption import read_scalars
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8
 # `tseeds train`'s main, after registering a reward with variance inside groups (the task's own
-# reward is ~0 for a random model, which would leave the parameters unchanged).
+# reward is ~0 for a random model, which would leave the parameters unchanged) and, with a save
+# delay (the first argument, seconds), the observer that announces and holds every checkpoint
+# write (tests/checkpoint_hooks.py).
 LAUNCH = """
 import sys
+from tests.checkpoint_hooks import announce_and_wait
 from tseeds_jax.rewards.registry import register
+
+announce_and_wait(float(sys.argv.pop(1)))
 
 @register("test_parity", isolation="inline")
 def parity(response, reference, **options):
@@ -52,17 +57,17 @@ def _args(run_dir):
 class Proc:
     """A `tseeds train` subprocess whose stderr lines are collected as they come."""
 
-    def __init__(self, run_dir, cache_dir, **env):
+    def __init__(self, run_dir, cache_dir, save_delay_s: float = 0.0):
         full = {k: v for k, v in os.environ.items() if not k.startswith(("TSEEDS_", "XLA_"))}
         full.update(JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
                     XLA_FLAGS="--xla_force_host_platform_device_count=1",
                     JAX_COMPILATION_CACHE_DIR=str(cache_dir),
                     JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
-                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0", **env)
+                    JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
         self.run_dir = run_dir
-        self.p = subprocess.Popen([sys.executable, "-c", LAUNCH, *_args(run_dir)], cwd=ROOT,
-                                  env=full, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True)
+        self.p = subprocess.Popen([sys.executable, "-c", LAUNCH, str(save_delay_s),
+                                   *_args(run_dir)], cwd=ROOT, env=full,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         self.out = ""
         self._t = threading.Thread(target=self._read, daemon=True)
@@ -174,7 +179,7 @@ def assert_same_run(run_dir, reference):
     assert tb["loss"] == ref_tb["loss"] and tb["reward"] == ref_tb["reward"]
 
 
-# Where the save-delay hook's announcements (TSEEDS_TEST_SAVE ..., stderr) put a kill.
+# Where the save-delay observer's announcements (TSEEDS_TEST_SAVE ..., stderr) put a kill.
 MARKS = {
     # a step's seed-cache files written, its Orbax step not started
     "seed-cache-written": re.compile(r"TSEEDS_TEST_SAVE seed-cache-written step="),
@@ -193,11 +198,11 @@ def test_random_sigkills_resume_bitwise(tmp_path, cache_dir, reference):
     run_dir = tmp_path / "run"
     plans = ["steps", "seed-cache-written", "behavior-uncommitted", "step-uncommitted", "steps"]
     for plan in plans:
-        env = {"TSEEDS_TEST_SAVE_DELAY_S": "2"} if plan != "steps" else {}
+        delay = 2.0 if plan != "steps" else 0.0
         # lines the killed attempt left (a resumed run first drops those past its checkpoint)
         latest = _latest(run_dir) if (run_dir / "ckpt").exists() else None
         start = max(Proc.lines_in(run_dir), latest or 0)
-        p = Proc(run_dir, cache_dir, **env)
+        p = Proc(run_dir, cache_dir, save_delay_s=delay)
         if plan == "steps":
             # after a random number of further steps, a random fraction of a second later
             target = min(start + int(rng.integers(1, 3)), STEPS - 1)
@@ -265,7 +270,7 @@ def test_sigkill_during_an_async_save_resumes_from_the_previous_committed_step(
     in Orbax's background thread (the save-delay hook, 4 s) while training goes on; a SIGKILL
     after the next step leaves step 4 uncommitted, and the run resumes from step 2, bitwise."""
     run_dir = tmp_path / "run"
-    p = Proc(run_dir, cache_dir, TSEEDS_TEST_SAVE_DELAY_S="4")
+    p = Proc(run_dir, cache_dir, save_delay_s=4.0)
     mark = re.compile(r"orbax-uncommitted \S*/ckpt/4\.orbax-checkpoint-tmp")
     p.wait_for(lambda: any(mark.search(x) for x in p.lines))
     # the step after the save ran while step 4 was being written

@@ -27,10 +27,10 @@ def test_notice_with_a_short_window_loses_at_most_n_steps_on_two_processes(tmp_p
     spec = {"checkpoints": True,
             "overrides": {"steps": 60, "checkpoint_every": N, "checkpoint_every_minutes": 0.0,
                           "checkpoint_continuous_s": 0.0, "checkpoint_async": True,
-                          "preemption_window_s": WINDOW}}
+                          "preemption_window_s": WINDOW},
+            "write_latency_s": WRITE}
     procs = [_worker(tmp_path / "m.npz", tmp_path / "m", spec, TSEEDS_NUM_PROCESSES="2",
-                     TSEEDS_PROCESS_ID=str(i), TSEEDS_COORDINATOR_ADDRESS=f"127.0.0.1:{port}",
-                     TSEEDS_TEST_WRITE_LATENCY_S=str(WRITE))
+                     TSEEDS_PROCESS_ID=str(i), TSEEDS_COORDINATOR_ADDRESS=f"127.0.0.1:{port}")
              for i in range(2)]
     metrics = tmp_path / "m" / "metrics.jsonl"  # process 0 writes the metrics
     ckpt = tmp_path / "m" / "ckpt"

@@ -1,7 +1,7 @@
 """`config.model`'s run settings (compute dtype, remat, attention kernel) reach the model whatever
 the weights' source: random init, an HF folder or a tseeds model checkpoint. The paper configs
 load `hf:DIR` with float32 master weights, bfloat16 compute and remat; `tseeds compile` builds its
-programs from the same settings (scale/plan.model_config_for), so the trainer must too."""
+programs from the same settings (TrainModelConfig.model_config), so the trainer must too."""
 
 import pytest
 
@@ -10,7 +10,6 @@ from tseeds_jax.hf.testing import write_random_hf_folder
 from tseeds_jax.model import ConfigError, ModelConfig
 from tseeds_jax.rl.config import TrainConfig, default_config
 from tseeds_jax.rl.setup import build_model
-from tseeds_jax.scale.plan import model_config_for
 
 ARCH = dict(model_type="qwen2", vocab_size=64, hidden_size=16, intermediate_size=32,
             num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1)
@@ -48,7 +47,7 @@ def test_run_settings_reach_the_model(source, hf_dir, tmp_path):
     assert (got.param_dtype, got.dtype, got.remat, got.attention_impl) == (
         "float32", "bfloat16", True, "chunked")
     # what `tseeds plan` / `tseeds compile` build for the same config
-    planned = model_config_for(cd)
+    planned = TrainConfig.from_config(cd).model.model_config()
     assert (planned.dtype, planned.remat, planned.attention_impl) == (got.dtype, got.remat,
                                                                       got.attention_impl)
 

@@ -119,7 +119,7 @@ def compiled_sampler_memory(case: dict[str, Any]) -> dict[str, int]:
     from tseeds_jax.model import init_model
     from tseeds_jax.model import sharding as shd
     from tseeds_jax.sampling import core
-    from tseeds_jax.sampling.placement import Placement
+    from tseeds_jax.sampling.placement import SamplerShardings
     from tseeds_jax.sampling.strategies import make_strategy
 
     mcfg, mesh_sizes, slots, p, r = sampler_case_parts(case)
@@ -131,7 +131,7 @@ def compiled_sampler_memory(case: dict[str, Any]) -> dict[str, int]:
         return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
 
     params = jax.tree.map(sds, params, shd.param_shardings(params, mesh))
-    place = Placement(mesh)
+    place = SamplerShardings(mesh)
     n_out = max(16, 1 << (r - 1).bit_length())  # the driver's output buffer length
     init = functools.partial(core.init_buffers, mcfg, place.round_rows(slots),
                              core.cache_bucket(p + r), n_out)

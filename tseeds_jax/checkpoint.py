@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import time
 from typing import Any
 
@@ -104,35 +103,27 @@ def _unsavable(restored, target):
                         restored, target)
 
 
-SAVE_DELAY_ENV = "TSEEDS_TEST_SAVE_DELAY_S"
 ASYNC_TIMEOUT_S = 4 * 3600  # the longest an asynchronous write may take
+# Callables run, with a label, at two moments of every checkpoint write: "seed-cache-written
+# step=N" (rl/state_io.py, before Orbax starts) and "orbax-uncommitted DIR" (every item written,
+# not yet committed; in Orbax's background thread when saves are asynchronous). Empty in a run;
+# tests add some (tests/checkpoint_hooks.py) to kill a process in the middle of a write or to
+# slow the filesystem, as benchmarks/bench_checkpoint.py does to stand in for a slow bucket.
+WRITE_OBSERVERS: list = []
 
 
-def test_save_delay(where: str) -> None:
-    """Test-only hook: with TSEEDS_TEST_SAVE_DELAY_S set, announces on stderr that a checkpoint
-    write is in progress at `where` and sleeps that long, so that a test can kill the process
-    in the middle of a write (tests/test_preemption_kill.py). No effect otherwise."""
-    delay = float(os.environ.get(SAVE_DELAY_ENV, "0") or 0)
-    if delay > 0:
-        print(f"TSEEDS_TEST_SAVE {where}", file=sys.stderr, flush=True)
-        time.sleep(delay)
-
-
-WRITE_LATENCY_ENV = "TSEEDS_TEST_WRITE_LATENCY_S"
+def observe_write(where: str) -> None:
+    for observer in WRITE_OBSERVERS:
+        observer(where)
 
 
 class _MetaHandler(ocp.JsonCheckpointHandler):
     """The meta item's handler; its `finalize` runs when every item is written to the
     temporary directory and before Orbax commits it (in Orbax's background thread when saves
-    are asynchronous): the test hooks go there. TSEEDS_TEST_SAVE_DELAY_S: see
-    `test_save_delay`. TSEEDS_TEST_WRITE_LATENCY_S (tests, benchmarks/bench_checkpoint.py): a
-    slowed filesystem, every checkpoint write takes that many seconds longer, silently."""
+    are asynchronous): `WRITE_OBSERVERS` see that moment."""
 
     def finalize(self, directory) -> None:
-        test_save_delay(f"orbax-uncommitted {directory}")
-        latency = float(os.environ.get(WRITE_LATENCY_ENV, "0") or 0)
-        if latency > 0:
-            time.sleep(latency)
+        observe_write(f"orbax-uncommitted {directory}")
         super().finalize(directory)
 
 

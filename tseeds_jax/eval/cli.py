@@ -28,7 +28,7 @@ def _parse_run(spec: str) -> tuple[str, int | None]:
 
 
 def _load(spec: str):
-    from tseeds_jax.rl.state_io import load_run
+    from tseeds_jax.rl.setup import load_run
 
     path, step = _parse_run(spec)
     try:
@@ -47,8 +47,8 @@ def _problems(cfg, tok, count: int):
     from tseeds_jax.rl.setup import build_source
 
     source = build_source(dataclasses.replace(cfg, seed=EVAL_SPLIT_SEED))
-    max_len = int(cfg.data["max_prompt_len"])
-    if cfg.data["source"] == "compact:chain_sum":
+    max_len = cfg.data.max_prompt_len
+    if cfg.data.source == "compact:chain_sum":
         return held_out_problems(source, tok.encode, count, max_prompt_len=max_len)
     out = []
     for i in range(len(source)):
@@ -119,7 +119,7 @@ def main(argv: list[str]) -> int:
     kw = dict(decode=lambda ids: tok.decode(ids, skip_special_tokens=True),
               score_fn=reward_score_fn(cfg.reward), max_new_tokens=width,
               temperature=args.temperature, top_p=args.top_p, stop_tokens=tok.stop_ids, ks=ks,
-              max_prefill_length=int(cfg.data["max_prompt_len"]))
+              max_prefill_length=cfg.data.max_prompt_len)
     single = evaluate((graphdef, params), problems, n=args.n, seed=args.seed, **kw)
     out = {"run": args.run_dir, "single": single.to_json()}
     print(f"{args.run_dir}: avg@{args.n} {100 * single.avg:.2f}%  "

@@ -21,6 +21,10 @@ ATTENTION_IMPLS = ("auto", "xla", "chunked", "splash", "cudnn")
 DECODE_ATTENTION_IMPLS = ("auto", "xla", "ragged")
 # Kept equal to `tseeds_jax.model.decode_attention.KV_CACHE_DTYPES` (tests/test_kv_int8.py checks).
 KV_CACHE_DTYPES = ("auto", "int8")
+# Kept equal to `tseeds_jax.model.decode_attention.KV_SCALE_BYTES` (tests/test_kv_int8.py checks):
+# an int8 cache's float32 scale per slot, kv head and position.
+KV_SCALE_BYTES = 4
+_DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 
 
 class ConfigError(ValueError):
@@ -159,6 +163,22 @@ class ModelConfig:
         mlp = 3 * d * f + (2 * f + d if self.mlp_bias else 0)
         per_layer = attn + mlp + 2 * d
         return v * d * (1 if self.tie_word_embeddings else 2) + self.num_hidden_layers * per_layer + d
+
+    @property
+    def kv_element_bytes(self) -> tuple[int, int]:
+        """(bytes per cached key / value element, scale bytes per position and kv head): the
+        compute dtype and no scales, or int8 and a float32 scale (`kv_cache_dtype`)."""
+        if self.kv_cache_dtype == "int8":
+            return 1, KV_SCALE_BYTES
+        return _DTYPE_BYTES[self.dtype], 0
+
+    @property
+    def kv_bytes_per_token(self) -> int:
+        """Bytes of one cached position over all layers and KV heads: keys + values (+ an int8
+        cache's scales)."""
+        item, scale = self.kv_element_bytes
+        return 2 * self.num_hidden_layers * self.num_key_value_heads * (self.head_size * item
+                                                                        + scale)
 
     def replace(self, **changes) -> ModelConfig:
         return dataclasses.replace(self, **changes)

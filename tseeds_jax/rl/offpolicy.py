@@ -180,12 +180,13 @@ class ModelTraces(TraceSource):
 
 
 def build_trace_source(cfg: TrainConfig, tokenizer, *, encode_prompt=None, build_model=None,
-                       source=None) -> TraceSource | None:
+                       load_run=None, source=None) -> TraceSource | None:
     """The configured trace source (None when `offpolicy.source` is empty).
 
     encode_prompt: how training prompts are encoded (the prompt stream's; default
-    `tokenizer.encode`), so that trace prompts match them token for token. source: the data
-    source (for 'task').
+    `tokenizer.encode`), so that trace prompts match them token for token. build_model /
+    load_run: rl/setup.py's (given, so that this module imports nothing that builds runs).
+    source: the data source (for 'task').
     """
     spec = cfg.offpolicy.source
     if not spec:
@@ -198,22 +199,20 @@ def build_trace_source(cfg: TrainConfig, tokenizer, *, encode_prompt=None, build
                            decode=lambda ids: tokenizer.decode(ids, skip_special_tokens=True),
                            records=_task_records(source) if kind == "task" else None)
     if kind == "model":
-        graphdef, params = _load_model(cfg, rest, tokenizer, build_model)
+        graphdef, params = _load_model(cfg, rest, tokenizer, build_model, load_run)
         return ModelTraces(graphdef, params, _sampler(cfg, graphdef, tokenizer),
                            cfg.rollout.max_response_len, cfg.seed, tuple(tokenizer.stop_ids))
     raise ConfigValueError(f"config.offpolicy.source={spec!r}: expected 'jsonl:PATH', 'task' or "
                            "'model:hf:DIR' / 'model:orbax:DIR' / 'model:run:DIR'")
 
 
-def _load_model(cfg: TrainConfig, spec: str, tokenizer, build_model):
+def _load_model(cfg: TrainConfig, spec: str, tokenizer, build_model, load_run):
     from flax import nnx
 
     if spec.startswith("run:"):
-        from tseeds_jax.rl.state_io import load_run
-
         graphdef, params, _, _ = load_run(spec[4:])
     elif spec.startswith(("hf:", "orbax:")):
-        model_cfg = dict(cfg.model, init=spec)
+        model_cfg = dataclasses.replace(cfg.model, init=spec)
         model = build_model(dataclasses.replace(cfg, model=model_cfg), tokenizer.vocab_size)
         graphdef, params = nnx.split(model)
     else:
@@ -230,7 +229,7 @@ def _sampler(cfg: TrainConfig, graphdef, tokenizer):
     from tseeds_jax import sampling
 
     r = cfg.rollout
-    max_prefill = int(cfg.data["max_prompt_len"]) + r.max_response_len
+    max_prefill = cfg.data.max_prompt_len + r.max_response_len
 
     def sample(params, requests, budgets, seeds):
         results = sampling.generate((graphdef, params), requests, max_new_tokens=budgets,

@@ -37,7 +37,7 @@ def build_mesh(cfg: TrainConfig):
 
 def learner_batch_shardings(cfg: TrainConfig, mesh) -> LearnerBatch:
     n = cfg.rollout.batch_prompts * cfg.rollout.group_size
-    t = int(cfg.data["max_prompt_len"]) + cfg.rollout.max_response_len
+    t = cfg.data.max_prompt_len + cfg.rollout.max_response_len
     r = cfg.rollout.max_response_len
 
     def s(*shape):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from typing import Any
@@ -76,10 +77,10 @@ class PromptStream:
 def build_source(cfg: TrainConfig):
     """An indexable example source: procedural (compact / reasoning-gym) or a registered file
     dataset `NAME:PATH` (built once into tfds array_record under data.data_dir)."""
-    src = cfg.data["source"]
+    src = cfg.data.source
     kind, _, name = src.partition(":")
-    params = dict(cfg.data.get("params") or {})
-    size = int(cfg.data.get("size", 100000))
+    params = dict(cfg.data.params)
+    size = cfg.data.size
     if kind == "compact" and name == "chain_sum":
         from tseeds_jax.data.compact_arith import CompactChainSum
 
@@ -91,7 +92,7 @@ def build_source(cfg: TrainConfig):
     from tseeds_jax.data import registry, sources
 
     if kind in registry.list_datasets() and name:
-        data_dir = cfg.data.get("data_dir") or os.path.join(cfg.run_dir, "data")
+        data_dir = cfg.data.data_dir or os.path.join(cfg.run_dir, "data")
         source = sources.make_source(kind, data_dir=data_dir, files=name, skip_invalid=True)
         if 0 < size < len(source):  # the paper trains on seeded random subsets (e.g. 4,608)
             keep = np.sort(np.random.default_rng([cfg.seed, 0x5B5E7]).choice(
@@ -146,27 +147,20 @@ def build_tokenizer(cfg: TrainConfig, source):
 
 def build_model(cfg: TrainConfig, vocab_size: int):
     m = cfg.model
-    init = m["init"]
-    # The run settings apply whatever the weights' source: the programs `tseeds compile` checks
-    # (scale/plan.model_config_for) are built with the same compute dtype, remat and attention.
-    run = dict(remat=m["remat"], attention_impl=m.get("attention_impl", "auto"),
-               decode_attention_impl=m.get("decode_attention_impl", "auto"),
-               kv_cache_dtype=m.get("kv_cache_dtype", "auto"))
+    init = m.init
+    # The run settings apply whatever the weights' source (`TrainModelConfig.run_settings`: the
+    # programs `tseeds plan` / `tseeds compile` size are built with the same ones).
+    run = m.run_settings()
     if init == "random":
-        arch = dict(m["arch"])
-        if not arch.get("vocab_size"):
-            arch["vocab_size"] = vocab_size
-        mcfg = ModelConfig.from_hf_dict(arch, source="config.model.arch",
-                                        param_dtype=m["param_dtype"], dtype=m["dtype"], **run)
-        model = init_model(mcfg, seed=cfg.seed)
+        model = init_model(m.model_config(vocab_size=vocab_size, read_hf=False), seed=cfg.seed)
     elif init.startswith("hf:"):
         from tseeds_jax import hf
 
-        model = hf.from_pretrained(init[3:], dtype=m["param_dtype"], compute_dtype=m["dtype"], **run)
+        model = hf.from_pretrained(init[3:], dtype=m.param_dtype, compute_dtype=m.dtype, **run)
     elif init.startswith("orbax:"):
         from tseeds_jax import hf
 
-        model = hf.load_checkpoint_model(init[6:], dtype=m["param_dtype"], compute_dtype=m["dtype"],
+        model = hf.load_checkpoint_model(init[6:], dtype=m.param_dtype, compute_dtype=m.dtype,
                                          **run)
     else:
         raise ConfigValueError(f"config.model.init={init!r}: expected 'random', 'hf:DIR' or "
@@ -212,20 +206,24 @@ def make_sample_fn(cfg: TrainConfig, graphdef, stop_tokens, max_prefill: int, mo
     return sample_fn
 
 
-def decode_sync(cfg: TrainConfig, model_cfg: ModelConfig, max_prefill: int):
+def decode_sync(cfg: TrainConfig, model_cfg: ModelConfig, max_prefill: int, devices=None):
     """The decode layout's weight sync for this run (`sampling.layout.WeightSync`), sized for
-    the run's largest sampler call: a refresh's behavior requests, else a step's rows."""
+    the run's largest sampler call (a refresh's behavior requests, else a step's rows) on
+    `devices` (default: all of them): the inputs `tseeds plan` and `tseeds compile` give the
+    same decision (tseeds_jax/decode_layout.py)."""
+    from tseeds_jax import chips
+    from tseeds_jax.decode_layout import decode_requests
     from tseeds_jax.sampling import core, layout
-    from tseeds_jax.scale import hardware
 
-    rows = cfg.rollout.batch_prompts * cfg.rollout.group_size
-    requests = rows * max(cfg.seeds.refresh_interval - 1, 1) if cfg.seeded else rows
     if model_cfg is None:
         raise ValueError("hardware.sampler_placement='decode' needs the model config")
-    return layout.WeightSync(model_cfg, sampler_dtype=cfg.model.get("sampler_dtype", "float32"),
-                             requests=requests, cache_len=core.cache_bucket(max_prefill),
-                             tensor=cfg.hardware.sampler_tensor,
-                             chip=hardware.chip_of_devices(jax.devices()))
+    chip = chips.chip_of_devices(devices or jax.devices())
+    r = cfg.rollout
+    return layout.WeightSync(
+        model_cfg, sampler_dtype=cfg.model.sampler_dtype,
+        requests=decode_requests(r.batch_prompts, r.group_size, cfg.seeds.refresh_interval),
+        cache_len=core.cache_bucket(max_prefill), tensor=cfg.hardware.sampler_tensor, chip=chip,
+        hbm_bytes=chips.hbm_bytes(chip.family if chip else None, cfg.hardware.hbm_gib_per_device))
 
 
 def make_reward_fn(name: str):
@@ -253,8 +251,8 @@ def build_env(cfg: TrainConfig, *, checkpointer=None) -> tuple[TrainEnv, Any]:
     graphdef, params = nnx.split(model)
     from tseeds_jax.data.templates import encode_prompt, stop_token_ids
 
-    max_prompt = int(cfg.data["max_prompt_len"])
-    template = cfg.data.get("template", "raw")
+    max_prompt = cfg.data.max_prompt_len
+    template = cfg.data.template
     stream = PromptStream(source, lambda text: encode_prompt(tok, template, text), max_prompt,
                           seed=cfg.seed)
     stops = stop_token_ids(tok, template)
@@ -269,6 +267,52 @@ def build_env(cfg: TrainConfig, *, checkpointer=None) -> tuple[TrainEnv, Any]:
         from tseeds_jax.rl.offpolicy import build_trace_source
 
         env.offpolicy = build_trace_source(cfg, tok, encode_prompt=stream.encode,
-                                           build_model=build_model, source=source)
+                                           build_model=build_model, load_run=load_run,
+                                           source=source)
     return env, tok
+
+
+def load_run(run_dir: str, step: int | None = None):
+    """(graphdef, params, TrainConfig, tokenizer) of a training run's checkpoint (latest by default).
+
+    The run's config is read from the checkpoint's meta, so evaluation needs only the folder.
+    """
+    from etils import epath
+
+    from tseeds_jax import checkpoint
+
+    ckpt_dir = os.path.join(run_dir, "ckpt")
+    if not epath.Path(ckpt_dir).is_dir():  # local or gs://
+        raise FileNotFoundError(f"{run_dir}: not a training run (no ckpt/ folder)")
+    ckpts = checkpoint.Checkpoints(ckpt_dir, keep_last=None)
+    steps = ckpts.steps()
+    if not steps:
+        raise FileNotFoundError(f"{ckpt_dir}: no checkpoints")
+    step = steps[-1] if step is None else step
+    meta = ckpts.read_meta(step)
+    if not meta.get("config"):
+        raise ValueError(f"{ckpt_dir}/{step}: checkpoint meta has no 'config'")
+    cfg = TrainConfig.from_config(meta["config"])
+    tok = build_tokenizer(dataclasses.replace(cfg, run_dir=run_dir), build_source(cfg))
+    model = build_model(cfg, tok.vocab_size)
+    graphdef, params = nnx.split(model)
+    raw, _ = ckpts.restore(step)
+    params = _fill(params, raw["train"]["params"])
+    return graphdef, params, cfg, tok
+
+
+def _fill(template, raw):
+    """Copies restored leaves (nested dicts) into the structure of `template`."""
+    leaves_t, treedef = jax.tree_util.tree_flatten(template)
+    leaves_r = jax.tree_util.tree_leaves(raw)
+    if len(leaves_t) != len(leaves_r):
+        raise ValueError(f"checkpoint has {len(leaves_r)} parameter arrays, model expects "
+                         f"{len(leaves_t)}")
+    out = []
+    for t, r in zip(leaves_t, leaves_r):
+        if tuple(np.shape(r)) != tuple(np.shape(t)):
+            raise ValueError(f"checkpoint array of shape {np.shape(r)} where the model expects "
+                             f"{np.shape(t)}")
+        out.append(jax.numpy.asarray(r, dtype=t.dtype))
+    return jax.tree_util.tree_unflatten(treedef, out)
 

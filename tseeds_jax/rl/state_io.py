@@ -34,7 +34,6 @@ of older steps are removed only once every earlier save has committed (the next 
 
 from __future__ import annotations
 
-import dataclasses
 import errno
 import io
 import json
@@ -221,7 +220,7 @@ class RunCheckpointer:
             self._write_seed_cache(step, cache)
             if extra:
                 self._write_extra(step, extra)
-            checkpoint.test_save_delay(f"seed-cache-written step={step}")
+            checkpoint.observe_write(f"seed-cache-written step={step}")
             t0 = time.perf_counter()
             self.ckpts.save(step, {"train": state}, meta)
             # the background part of the write is timed from here (`saving`, `finish`)
@@ -355,50 +354,3 @@ class RunCheckpointer:
                f"{good} ({self.ckpts.directory / str(good)}) instead:\n" + "\n".join(lines))
         log.warning(msg)
         print(msg, file=sys.stderr, flush=True)
-
-
-def load_run(run_dir: str, step: int | None = None):
-    """(graphdef, params, TrainConfig, tokenizer) of a training run's checkpoint (latest by default).
-
-    The run's config is read from the checkpoint's meta, so evaluation needs only the folder.
-    """
-    from flax import nnx
-
-    from tseeds_jax.rl.config import TrainConfig
-    from tseeds_jax.rl.setup import build_model, build_source, build_tokenizer
-
-    ckpt_dir = os.path.join(run_dir, "ckpt")
-    if not epath.Path(ckpt_dir).is_dir():  # local or gs://
-        raise FileNotFoundError(f"{run_dir}: not a training run (no ckpt/ folder)")
-    ckpts = checkpoint.Checkpoints(ckpt_dir, keep_last=None)
-    steps = ckpts.steps()
-    if not steps:
-        raise FileNotFoundError(f"{ckpt_dir}: no checkpoints")
-    step = steps[-1] if step is None else step
-    meta = ckpts.read_meta(step)
-    if not meta.get("config"):
-        raise ValueError(f"{ckpt_dir}/{step}: checkpoint meta has no 'config'")
-    cfg = TrainConfig.from_config(meta["config"])
-    tok = build_tokenizer(dataclasses.replace(cfg, run_dir=run_dir), build_source(cfg))
-    model = build_model(cfg, tok.vocab_size)
-    graphdef, params = nnx.split(model)
-    raw, _ = ckpts.restore(step)
-    params = _fill(params, raw["train"]["params"])
-    return graphdef, params, cfg, tok
-
-
-def _fill(template, raw):
-    """Copies restored leaves (nested dicts) into the structure of `template`."""
-    leaves_t, treedef = jax.tree_util.tree_flatten(template)
-    leaves_r = jax.tree_util.tree_leaves(raw)
-    if len(leaves_t) != len(leaves_r):
-        raise ValueError(f"checkpoint has {len(leaves_r)} parameter arrays, model expects "
-                         f"{len(leaves_t)}")
-    out = []
-    for t, r in zip(leaves_t, leaves_r):
-        if tuple(np.shape(r)) != tuple(np.shape(t)):
-            raise ValueError(f"checkpoint array of shape {np.shape(r)} where the model expects "
-                             f"{np.shape(t)}")
-        out.append(jax.numpy.asarray(r, dtype=t.dtype))
-    return jax.tree_util.tree_unflatten(treedef, out)
-

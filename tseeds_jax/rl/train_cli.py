@@ -22,6 +22,9 @@ def _parse(argv: list[str]):
                                     lock_config=True, sys_argv=["tseeds train", *argv])
     flags.DEFINE_integer("steps", None, "override config.steps", flag_values=fv)
     flags.DEFINE_bool("resume", True, "resume from the run dir's latest checkpoint", flag_values=fv)
+    flags.DEFINE_string("compiled", None, "a `tseeds compile --out` folder (or its manifest.json): "
+                        "refuse to decode on another layout than it was compiled for",
+                        flag_values=fv)
     if any(a in ("-h", "--help") for a in argv):
         print(__doc__ + "\n" + fv.main_module_help())
         raise SystemExit(0)
@@ -55,6 +58,25 @@ def progress_bar(total: int, initial: int):
     return bar, update
 
 
+def expect_compiled_layout(trainer, where: str) -> str | None:
+    """Makes the run's weight sync refuse a decode layout other than the one `tseeds compile`
+    recorded in `where` (checked at the first sync, before any sampling); a problem found now
+    is returned as text."""
+    from tseeds_jax.decode_layout import read_recorded
+
+    try:
+        path, recorded = read_recorded(where)
+    except ValueError as e:
+        return str(e)
+    sync = getattr(trainer.env.sample_fn, "weight_sync", None)
+    if (sync is None) != (recorded is None):
+        return (f"--compiled={where!r}: compiled with decode_layout={recorded!r}, but this run's "
+                f"hardware.sampler_placement is {trainer.cfg.hardware.sampler_placement!r}")
+    if sync is not None:
+        sync.expect_compiled(recorded, path)
+    return None
+
+
 def main(argv: list[str]) -> int:
     fv = _parse(argv)
     from tseeds_jax.rl.config import ConfigValueError, TrainConfig
@@ -72,6 +94,11 @@ def main(argv: list[str]) -> int:
     from tseeds_jax.rl.state_io import CheckpointError
 
     trainer = make_trainer(cfg, config_json=json.loads(cd.to_json_best_effort()))
+    if fv.compiled:
+        problem = expect_compiled_layout(trainer, fv.compiled)
+        if problem:
+            print(f"tseeds train: {problem}", file=sys.stderr)
+            return 2
     try:
         if fv.resume and trainer.restore():
             print(f"resumed from step {trainer.step} in {cfg.run_dir}", flush=True)

@@ -94,7 +94,7 @@ class Trainer:
 
     # ---- one step ----
     def _prompt_width(self) -> int:
-        return int(self.cfg.data["max_prompt_len"])
+        return self.cfg.data.max_prompt_len
 
     def _stats(self, params, tokens_BT, attn_BT, response_width):
         """(logp_BR, entropy_BR) numpy: the learner's log-probs and entropies (row chunks, see
@@ -279,7 +279,7 @@ class Trainer:
         # (hardware.sampler_placement="sharded") the learner's sharded parameters as they are.
         params = hosts_lib.sampler_params(self.state.params, c.hardware.sampler_placement,
                                           self.hosts)
-        sampler_params = _cast(params, self.cfg.model.get("sampler_dtype", "float32"))
+        sampler_params = _cast(params, self.cfg.model.sampler_dtype)
         samples, info = self.plugins.collect(sampler_params, params, step)
         g, r = c.rollout.group_size, c.rollout.max_response_len
         adv = (rollout.sample_advantages(samples, norm_by_std=c.advantage.norm_by_std,

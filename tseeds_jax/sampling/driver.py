@@ -29,7 +29,7 @@ from flax import nnx
 
 from tseeds_jax.model import Transformer
 from tseeds_jax.sampling import core
-from tseeds_jax.sampling.placement import Placement, fetch, params_mesh
+from tseeds_jax.sampling.placement import SamplerShardings, fetch, params_mesh
 from tseeds_jax.sampling.strategies import make_strategy
 
 # Cap on P * T of one batched prefill per device: bounds the [P, H, T, T] attention scores.
@@ -213,7 +213,7 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens, tempera
         if not isinstance(slots, int) or slots <= 0:
             raise ValueError(f"num_slots={num_slots!r}: must be a positive integer")
         mesh = params_mesh(params)
-        place = Placement(mesh) if mesh is not None else None
+        place = SamplerShardings(mesh) if mesh is not None else None
         for r, out in _run(cfg, graphdef, params, strategy, stops, requests, slots, max_prefill,
                            place):
             results[r.index] = out
@@ -222,7 +222,7 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens, tempera
 
 def _run(cfg, graphdef, params, strategy, stops, requests, slots, max_prefill, place=None):
     """Continuous batching over `slots`; yields (request, GenerationResult) as they finish.
-    `place`: a Placement when the params are sharded (None: everything on the default device)."""
+    `place`: a SamplerShardings when the params are sharded (None: everything on the default device)."""
     # Output buffer length: a power of two (>= 16) so that nearby budgets share compiled code.
     n_out = max(16, 1 << (max(r.budget for r in requests) - 1).bit_length())
     cache_len = core.cache_bucket(max(max(r.tokens.size + r.budget,

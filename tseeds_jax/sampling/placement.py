@@ -52,7 +52,7 @@ def _sharding(mesh: Mesh, axes: tuple, shape: tuple, what: str) -> NamedSharding
 
 
 @dataclasses.dataclass(frozen=True)
-class Placement:
+class SamplerShardings:
     """Shardings of the driver's arrays on `mesh` (from the rules table)."""
 
     mesh: Mesh
@@ -72,7 +72,7 @@ class Placement:
         axes = ("cache_batch",) + (None,) * (len(shape) - 1)
         return _sharding(self.mesh, axes, tuple(shape), what)
 
-    def _kv(self, axes, shape) -> NamedSharding:
+    def kv(self, axes, shape) -> NamedSharding:
         return _sharding(self.mesh, tuple(axes), tuple(shape), "sampler KV cache")
 
     def state_shardings(self, state: core.DecodeState) -> core.DecodeState:
@@ -80,12 +80,12 @@ class Placement:
         layout comes from the cache's own `k_axes` / `v_axes`, so it follows the cache class."""
         cache = state.cache
         out = jax.tree.map(lambda x: self.rows(x.shape, "decode state"), state)
-        return out.replace(cache=out.cache.replace(**type(cache).map_layers(cache, self._kv)))
+        return out.replace(cache=out.cache.replace(**type(cache).map_layers(cache, self.kv)))
 
     def prefix_shardings(self, prefix: core.Prefix, cache_cls) -> core.Prefix:
         """A Prefix of NamedShardings: its per-layer KV laid out like the cache it enters."""
         out = jax.tree.map(lambda x: self.rows(x.shape, "prefill rows"), prefix)
-        return out.replace(**cache_cls.map_layers(prefix, self._kv))
+        return out.replace(**cache_cls.map_layers(prefix, self.kv))
 
     def init_buffers(self, cfg, slots: int, cache_len: int, out_len: int):
         """`core.init_buffers` created directly in place: no device ever holds the whole cache."""
@@ -104,7 +104,7 @@ class Placement:
 @functools.lru_cache(maxsize=32)
 def _placed_init(mesh: Mesh, cfg, slots: int, cache_len: int, out_len: int):
     shapes = jax.eval_shape(functools.partial(core.init_buffers, cfg, slots, cache_len, out_len))
-    p = Placement(mesh)
+    p = SamplerShardings(mesh)
     state, out_t, out_lp = shapes
     out = (p.state_shardings(state), p.rows(out_t.shape, "output buffer"),
            p.rows(out_lp.shape, "output buffer"))

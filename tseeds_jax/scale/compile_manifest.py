@@ -1,9 +1,10 @@
 """`tseeds compile --out DIR`: serialized executables and a manifest a launch checks against.
 
 DIR/manifest.json holds the config (flattened, so that a mismatch names the field), its sha256,
-the target topology, jax / jaxlib / libtpu versions, and per program the sha256 of its lowered
-HLO (the program as traced from the trainer's code and the config) and of its serialized
-executable (DIR/NAME.xla, `jax.experimental.serialize_executable`).
+the target topology, jax / jaxlib / libtpu versions, the decode layout the sampler was compiled
+for (`decode_layout`; a run given `--compiled DIR` refuses another), and per program the sha256
+of its lowered HLO (the program as traced from the trainer's code and the config) and of its
+serialized executable (DIR/NAME.xla, `jax.experimental.serialize_executable`).
 
 `check_manifest(DIR, config)` raises `ManifestMismatch` naming the first difference: a config
 field, the topology, a library version, or (given `hlo_sha256` of programs lowered by the launch)
@@ -95,6 +96,7 @@ def write(out: str, cd, res) -> dict[str, Any]:
         manifest = dict(config=flat, config_sha256=config_sha256(flat),
                         topology=res.target.topology, devices=res.target.mesh.size,
                         mesh=dict(res.target.mesh.shape), versions=versions(),
+                        decode_layout=decode_layout_record(res.target),
                         programs=programs, summary=res.summary())
         with open(os.path.join(tmp, MANIFEST), "w") as f:
             json.dump(manifest, f, indent=1, default=str)
@@ -105,6 +107,16 @@ def write(out: str, cd, res) -> dict[str, Any]:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return manifest
+
+
+def decode_layout_record(target) -> dict[str, Any] | None:
+    """The decode layout the sampler programs were compiled for (None unless
+    hardware.sampler_placement is "decode"): `tseeds train --compiled` refuses another one."""
+    from tseeds_jax.scale import compile_programs as cp
+
+    if target.cfg.hardware.sampler_placement != "decode":
+        return None
+    return cp.sampler_shapes(target)["choice"].record()
 
 
 def manifest_path(out: str) -> str:

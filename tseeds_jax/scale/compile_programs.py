@@ -96,7 +96,7 @@ class Compiled:
 
 
 @dataclasses.dataclass
-class Target:
+class CompileTarget:
     """The run on its target: validated config, model config, mesh of compile-only devices."""
 
     cfg: Any  # TrainConfig
@@ -117,7 +117,7 @@ class Target:
 
     @property
     def widths(self) -> tuple[int, int]:
-        return int(self.cfg.data["max_prompt_len"]), self.cfg.rollout.max_response_len
+        return self.cfg.data.max_prompt_len, self.cfg.rollout.max_response_len
 
 
 @contextlib.contextmanager
@@ -172,7 +172,7 @@ def cast_tree(tree, dtype: str):
 # the learner and its statistics passes
 
 
-def make_learner(t: Target, kernel_impl: str):
+def make_learner(t: CompileTarget, kernel_impl: str):
     """(Learner, abstract sharded TrainState) exactly as `runner.make_trainer` builds them."""
     from tseeds_jax.rl.learner import Learner
     from tseeds_jax.rl.plugins import learner_old_logp_mode
@@ -185,7 +185,7 @@ def make_learner(t: Target, kernel_impl: str):
     return learner, abstract(state, shd.param_shardings(state, t.mesh))
 
 
-def kernel_tokens(t: Target, n: int) -> int:
+def kernel_tokens(t: CompileTarget, n: int) -> int:
     """Tokens one device's Pallas call sees of a call over `n` tokens: the kernel runs under
     shard_map with the tokens split over the mesh axes that divide them (kernels/sharded.py)."""
     try:
@@ -195,7 +195,7 @@ def kernel_tokens(t: Target, n: int) -> int:
     return n // math.prod(t.mesh.shape[a] for a in token_axes(t.mesh, n))
 
 
-def learner_programs(t: Target, learner, state, kernel_impl: str) -> list[Program]:
+def learner_programs(t: CompileTarget, learner, state, kernel_impl: str) -> list[Program]:
     from tseeds_jax.rl.learner import LearnerBatch
     from tseeds_jax.rl.runner import learner_batch_shardings
 
@@ -239,7 +239,7 @@ def learner_programs(t: Target, learner, state, kernel_impl: str) -> list[Progra
         analytic_flops=kern)]
 
 
-def stats_rows(t: Target, placement: str) -> tuple[int, str]:
+def stats_rows(t: CompileTarget, placement: str) -> tuple[int, str]:
     """Global rows of one statistics forward (`Trainer._row_pass`) and the passes it serves."""
     placement = "sharded" if placement == "decode" else placement  # statistics: learner mesh
     cfg = t.cfg
@@ -265,7 +265,7 @@ def stats_rows(t: Target, placement: str) -> tuple[int, str]:
     return chunk, ", ".join(name for name, _ in passes)
 
 
-def stats_programs(t: Target, learner, state, kernel_impl: str, placement: str) -> list[Program]:
+def stats_programs(t: CompileTarget, learner, state, kernel_impl: str, placement: str) -> list[Program]:
     placement = "sharded" if placement == "decode" else placement  # statistics: learner mesh
     rows, served = stats_rows(t, placement)
     if not rows and not learner.sis_top_k:
@@ -305,7 +305,7 @@ def stats_programs(t: Target, learner, state, kernel_impl: str, placement: str) 
 # the sampler
 
 
-def sampler_shapes(t: Target) -> dict[str, int]:
+def sampler_shapes(t: CompileTarget) -> dict[str, int]:
     """Slots, cache length, output length, prefill buckets of the largest sampler call."""
     from tseeds_jax.sampling import core
     from tseeds_jax.sampling.driver import PREFILL_TOKENS
@@ -320,11 +320,11 @@ def sampler_shapes(t: Target) -> dict[str, int]:
         requests = -(-requests // t.num_hosts)
     extra = {}
     if placement == "decode":
-        choice = decode_choice(t, requests)
+        choice = target_decode_choice(t, requests)
         shards = choice.layout.replicas
         slots = (cfg.hardware.sampler_slots or choice.slots * shards)
         # the on-policy call: a step's rows, sized as `WeightSync.slots` sizes it
-        from tseeds_jax.sampling.layout import balanced_slots
+        from tseeds_jax.decode_layout import balanced_slots
 
         on = cfg.hardware.sampler_slots or balanced_slots(-(-t.rows // shards),
                                                           max(choice.fit, 1)) * shards
@@ -353,45 +353,29 @@ def sampler_shapes(t: Target) -> dict[str, int]:
                 buckets=buckets, rows=rows, **extra)
 
 
-def learner_state_bytes(t: Target) -> int:
-    """Bytes per device of the learner's state (parameters in their dtype, Adam's two float32
-    moments), split over the whole mesh: what stays resident while the sampler runs."""
-    n = sum(math.prod(x.shape) for x in jax.tree.leaves(
-        jax.eval_shape(lambda: shd.abstract_model(t.mcfg))))
-    return n * (jnp.dtype(t.mcfg.param_dtype).itemsize + 8) // t.mesh.size
-
-
-def decode_choice(t: Target, requests: int):
-    """The decode layout `sampling.layout.choose` picks for this target's largest call."""
+def target_decode_choice(t: CompileTarget, requests: int):
+    """The decode layout of this target's largest call, decided as the run decides it
+    (`decode_layout.decide_for`: same model numbers, chip, free memory)."""
+    from tseeds_jax import chips
+    from tseeds_jax import decode_layout as dl
     from tseeds_jax.sampling import core, layout
-    from tseeds_jax.scale.hardware import chip
-    from tseeds_jax.scale.plan import FIT_FRACTION
 
     p, r = t.widths
     devices = list(t.mesh.devices.flat)
-    row = chip(t.family)
-    m = layout.DecodeModel.of(t.mcfg, t.cfg.model.get("sampler_dtype", "float32"))
-    free = t.hbm_bytes * FIT_FRACTION - learner_state_bytes(t)
-    return layout.choose(m, devices=len(devices), per_host=layout.devices_per_host(devices),
-                         requests=requests, free_bytes=free,
-                         cache_len=core.cache_bucket(p + r), hbm_bw=row.hbm_bandwidth,
-                         ici_bw=row.ici_bandwidth / 2, tensor=t.cfg.hardware.sampler_tensor)
+    return dl.decide_for(t.mcfg, sampler_dtype=t.cfg.model.sampler_dtype, chip=chips.chip(t.family),
+                         devices=len(devices), per_host=layout.devices_per_host(devices),
+                         requests=requests, hbm_bytes=t.hbm_bytes,
+                         cache_len=core.cache_bucket(p + r), tensor=t.cfg.hardware.sampler_tensor)
 
 
-def decode_mesh(t: Target, tensor: int):
-    from tseeds_jax.sampling import layout
-
-    return layout.decode_mesh(list(t.mesh.devices.flat), tensor, axis_types=t.mesh.axis_types)
-
-
-def sampler_programs(t: Target, state, buckets: str = "all") -> list[Program]:
+def sampler_programs(t: CompileTarget, state, buckets: str = "all") -> list[Program]:
     from tseeds_jax.sampling import core
-    from tseeds_jax.sampling.placement import Placement
+    from tseeds_jax.sampling.placement import SamplerShardings
     from tseeds_jax.sampling.strategies import make_strategy
 
     cfg = t.cfg
     s = sampler_shapes(t)
-    sdt = cfg.model.get("sampler_dtype", "float32")
+    sdt = cfg.model.sampler_dtype
     decode = cfg.hardware.sampler_placement == "decode"
     sharded = cfg.hardware.sampler_placement == "sharded" or decode
     resident = device_bytes(state)
@@ -402,13 +386,14 @@ def sampler_programs(t: Target, state, buckets: str = "all") -> list[Program]:
     if decode:
         from tseeds_jax.sampling import layout
 
-        mesh = decode_mesh(t, s["tensor"])
-        place = Placement(mesh)
+        mesh = layout.decode_mesh(list(t.mesh.devices.flat), s["tensor"],
+                                  axis_types=t.mesh.axis_types)
+        place = SamplerShardings(mesh)
         learner_cast = cast_tree(state.params, sdt)
         out_sh = layout.param_shardings(learner_cast, mesh)
         params = abstract(learner_cast, out_sh)
         rows = place.rows
-        kv = place._kv
+        kv = place.kv
         progs.append(Program(
             "sampler_reshard", "sampler",
             f"the weight sync: {sdt} parameters from the learner's layout into the decode "
@@ -416,10 +401,10 @@ def sampler_programs(t: Target, state, buckets: str = "all") -> list[Program]:
             functools.partial(jax.jit(lambda x: x, out_shardings=out_sh).lower, learner_cast),
             extra_live=resident - device_bytes(learner_cast) * (sdt == t.mcfg.param_dtype)))
     elif sharded:
-        place = Placement(t.mesh)
+        place = SamplerShardings(t.mesh)
         params = cast_tree(state.params, sdt)
         rows = place.rows
-        kv = place._kv
+        kv = place.kv
     else:
         one = SingleDeviceSharding(t.mesh.devices.flat[0])
         params = cast_tree(jax.tree.map(lambda x: _sds(x, one), state.params), sdt)
@@ -504,7 +489,7 @@ def sampler_programs(t: Target, state, buckets: str = "all") -> list[Program]:
     return progs
 
 
-def kernel_programs(t: Target) -> list[Program]:
+def kernel_programs(t: CompileTarget) -> list[Program]:
     """The fused log-prob / entropy forward + backward at one micro-batch's per-device tokens,
     in the compute dtype, on one device."""
     from tseeds_jax import kernels
@@ -543,9 +528,9 @@ def cost(compiled) -> tuple[float, float]:
 
 
 # libtpu's scheduler flag: the share of HBM its latency-hiding scheduler may fill (libtpu's default
-# is 95). With room to spare it keeps buffers alive to overlap collectives with compute (the 7B
-# update on v5p: 29.4 GiB per device at the default, 14.5 GiB at 10), so a compile at a low share
-# measures what the step needs rather than what the scheduler chose to use.
+# is 95). With room to spare it keeps buffers alive to overlap collectives with compute (twice
+# the memory for the 7B update on v5p: docs/scale.md), so a compile at a low share measures what
+# the step needs rather than what the scheduler chose to use.
 SCHEDULER_FLAG = "xla_tpu_scheduler_percent_shared_memory_limit"
 
 

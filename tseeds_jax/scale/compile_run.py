@@ -5,7 +5,7 @@ Roofline: a program takes at least max(FLOPs / peak FLOP/s, bytes accessed / HBM
 one chip (per-device numbers of the partitioned program, counted loop by loop from its optimized
 HLO: `hlo_cost`), so the times are lower bounds and the MFU bound is the learner's FLOPs over the
 time that bound allows. Collectives: the bytes a device sends (`hlo_cost`'s ring convention) over
-half the chip's bidirectional ICI bandwidth (`hardware.chip`) give an ICI time; "overlapped" is
+half the chip's bidirectional ICI bandwidth (`chips.chip`) give an ICI time; "overlapped" is
 max(compute, HBM, ICI) (a lower bound), "serial" is max(compute, HBM) + ICI (no overlap).
 Step times assume every response runs to `max_response_len` (an upper bound on the decode work).
 """
@@ -16,8 +16,8 @@ import dataclasses
 import math
 from typing import Any
 
+from tseeds_jax.chips import FIT_FRACTION
 from tseeds_jax.scale import compile_programs as cp
-from tseeds_jax.scale.plan import FIT_FRACTION
 
 
 class CompileInputError(ValueError):
@@ -25,12 +25,11 @@ class CompileInputError(ValueError):
 
 
 def make_target(cd, *, topology: str | None = None):
-    """A `compile_programs.Target` from a ConfigDict; CompileInputError on bad input."""
+    """A `compile_programs.CompileTarget` from a ConfigDict; CompileInputError on bad input."""
+    from tseeds_jax.chips import FAMILIES
     from tseeds_jax.model import sharding as shd
     from tseeds_jax.rl.config import TrainConfig
     from tseeds_jax.scale import topology as topo
-    from tseeds_jax.scale.hardware import FAMILIES
-    from tseeds_jax.scale.plan import model_config_for
 
     cfg = TrainConfig.from_config(cd)
     acc_name = cfg.hardware.accelerator
@@ -65,7 +64,7 @@ def make_target(cd, *, topology: str | None = None):
             f"{topology} torus (each axis must be a product of physical axis sizes; the "
             f"trainer's make_mesh fails the same way): {str(e).splitlines()[0][:120]}") from None
     hosts = len({d.process_index for d in devices})
-    return cp.Target(cfg=cfg, mcfg=model_config_for(cfg), mesh=mesh, topology=topology,
+    return cp.CompileTarget(cfg=cfg, mcfg=cfg.model.model_config(), mesh=mesh, topology=topology,
                      family=family, hbm_bytes=int(hbm_gib * (1 << 30)), num_hosts=hosts)
 
 
@@ -124,7 +123,7 @@ class Result:
         return next((c for c in self.compiled if c.name == name), None)
 
     def summary(self) -> dict[str, Any]:
-        from tseeds_jax.scale.hardware import chip as chip_row
+        from tseeds_jax.chips import chip as chip_row
 
         t = self.target
         chip = chip_row(t.family)
@@ -137,7 +136,7 @@ class Result:
             return max(c.flops / chip.bf16_flops, c.bytes_accessed / chip.hbm_bandwidth)
 
         def ici(c):
-            return c.ici_bytes / (chip.ici_bandwidth / 2) if c is not None else 0.0
+            return c.ici_bytes / chip.ici_one_way if c is not None else 0.0
 
         upd, stats = self.by_name("learner_update"), self.by_name("stats_forward")
         step = self.by_name("sampler_decode_step")
@@ -215,22 +214,22 @@ def live_fraction(t) -> float:
 def decode_layout_summary(res: Result, step, s, chip) -> dict[str, Any]:
     """The decode layout's choice, its bound at live context (the ragged kernel's cache operands
     scaled to the live share) and the analytic HBM limit of the same layout and slots."""
-    from tseeds_jax.sampling import layout
+    from tseeds_jax import decode_layout as dl
 
     t = res.target
     choice = s["choice"]
     f = live_fraction(t)
-    m = layout.DecodeModel.of(t.mcfg, t.cfg.model.get("sampler_dtype", "float32"))
+    m = dl.DecodeModel.of(t.mcfg, t.cfg.model.sampler_dtype)
     slots_rep = s["slots"] // s["shards"]
     tensor = s["tensor"]
     live_bytes = step.bytes_accessed - (1.0 - f) * step.decode_cache_bytes
-    ici_s = step.ici_bytes / (chip.ici_bandwidth / 2)
+    ici_s = step.ici_bytes / chip.ici_one_way
     t_live = max(step.flops / chip.bf16_flops, live_bytes / chip.hbm_bandwidth)
     per_chip = slots_rep / tensor
 
     def limit(kv_tokens):
-        hbm, ici = layout.step_time(m, tensor, slots_rep, kv_tokens, chip.hbm_bandwidth,
-                                    chip.ici_bandwidth / 2)
+        hbm, ici = dl.step_time(m, tensor, slots_rep, kv_tokens, chip.hbm_bandwidth,
+                                chip.ici_one_way)
         return per_chip / (hbm + ici)
 
     cache_len = s["cache_len"]

@@ -38,18 +38,17 @@ read off the layer code and checked against XLA's buffer assignment (tests/test_
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
-import os
-import types
-from collections.abc import Mapping
 from typing import Any
 
+from tseeds_jax.chips import FIT_FRACTION, GIB, Accelerator
 from tseeds_jax.scale import plan_sampler
-from tseeds_jax.scale.hardware import GIB, Accelerator
-
-DTYPE_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
-FIT_FRACTION = 0.9  # usable share of HBM: the rest is runtime, collectives, fragmentation
+from tseeds_jax.scale.plan_common import (
+    DTYPE_BYTES,
+    ParamLayout,
+    param_layout,
+    score_rows,
+)
 
 # ---- activation coefficients (buffers alive per decoder layer, in units of the named shape) ----
 # Saved for the backward pass without remat: residual in/mid, two norm outputs and their float32
@@ -78,9 +77,9 @@ TPU_GRAD_COPIES = 2
 TPU_PARAM_CASTS = 2
 # What the heap needs beyond the live buffers: XLA places multi-GiB temporaries (a float32
 # [b, H, T, T] scores buffer, a float32 [D, V]) in one temp allocation, and its size exceeds the
-# bytes alive at any moment by a share of the largest such buffer (Qwen3-4B at T 18432: 10.1 GiB
-# scores buffers, temp 27.8 GiB for ~18 GiB alive). Fitted to the three compiled paper updates
-# (docs/scale.md): the allowance is this share of the largest temporary.
+# bytes alive at any moment by a share of the largest such buffer. Fitted to the three compiled
+# paper updates (docs/scale.md "The TPU learner model"): the allowance is this share of the
+# largest temporary.
 TPU_HEAP_SHARE_OF_LARGEST = 0.5
 # float32 [D, V]-sized buffers of the log-prob kernel's backward besides the gathered unembedding
 # (d unembed; the embedding's full-size gradient before its reduce-scatter; with splash the
@@ -99,32 +98,6 @@ TPU_SAVED_ND_PER_LAYER = 3
 # `tensor` (the kernel takes the unembedding whole: it is regathered from the tensor layout).
 TPU_STATS_TENSOR_DV_F32 = 2
 TPU_FAMILIES = ("v4", "v5e", "v5p", "v6e")
-
-
-def attention_kind(w, t_len: int, dtype: str | None = None) -> str:
-    """The attention implementation the model runs for this workload (`model.attention_impl`,
-    "auto" resolved as `model.attention.resolve_impl` does on the workload's compiler):
-    "splash" / "cudnn" keep no [T, T] score buffer in HBM, "chunked" one [C, T] block per
-    (row, head), "xla" the whole [T, T]."""
-    from tseeds_jax.model import attention
-
-    impl = getattr(w.model, "attention_impl", "auto")
-    if impl != "auto":
-        return impl
-    if w.compiler == "tpu":
-        return "splash"
-    if w.compiler == "gpu" and DTYPE_BYTES[dtype or w.model.dtype] == 2:
-        return "cudnn"
-    return "chunked" if t_len > attention.CHUNKED_MIN_T else "xla"
-
-
-def score_rows(w, t_len: int, dtype: str | None = None) -> int:
-    """Query rows of one float32 score block per (sequence, head) that the attention keeps in
-    HBM: T (xla), min(C, T) (chunked), 0 (a flash kernel: splash on TPU, cuDNN on GPU)."""
-    from tseeds_jax.model import attention
-
-    kind = attention_kind(w, t_len, dtype)
-    return {"xla": t_len, "chunked": min(attention.CHUNK, t_len)}.get(kind, 0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -177,7 +150,7 @@ class Term:
 
 
 @dataclasses.dataclass(frozen=True)
-class Plan:
+class MemoryPlan:
     workload: Workload
     terms: tuple[Term, ...]
     hbm_bytes: int | None
@@ -225,94 +198,16 @@ class Plan:
 # parameters under the sharding rules
 
 
-@functools.lru_cache(maxsize=64)
-def _leaf_shapes(mcfg):
-    """[(path, shape, logical axes)] of every parameter, from an abstract model (no memory)."""
-    from flax import nnx
-
-    from tseeds_jax.model.sharding import abstract_model
-
-    state = nnx.state(abstract_model(mcfg))
-    out = []
-    for path, var in nnx.to_flat_state(state):
-        axes = var.get_metadata().get("axes")
-        out.append((tuple(str(p) for p in path), tuple(var.value.shape), axes))
-    return tuple(out)
-
-
-def _shard_factor(shape, axes, mesh_sizes: Mapping[str, int]) -> int:
-    """How many ways a parameter is split: the rules table's PartitionSpec on this mesh."""
-    from tseeds_jax.model.sharding import logical_to_pspec
-
-    if axes is None:
-        return 1
-    fake = types.SimpleNamespace(shape=dict(mesh_sizes))
-    import logging
-
-    logger = logging.getLogger("tseeds_jax.model.sharding")
-    level = logger.level
-    logger.setLevel(logging.ERROR)  # replication of indivisible dims is reported by the plan
-    try:
-        spec = logical_to_pspec(axes, shape=shape, mesh=fake, what="plan")
-    finally:
-        logger.setLevel(level)
-    factor = 1
-    for entry in spec:
-        for axis in (entry if isinstance(entry, tuple) else (entry,)):
-            if axis is not None:
-                factor *= mesh_sizes[axis]
-    return factor
-
-
-@dataclasses.dataclass(frozen=True)
-class ParamLayout:
-    total: int  # parameters (count)
-    per_device: float  # parameters held by one device (count, fractional shards averaged)
-    largest_leaf_per_device: float
-    layer_per_tensor: float  # one decoder layer, gathered over fsdp, split over tensor (count)
-    unembed: int  # D x V (count)
-    per_tensor: float = 0.0  # all parameters split over tensor only (count): unreduced gradients
-
-
-@functools.lru_cache(maxsize=256)
-def param_layout(mcfg, mesh: tuple[int, int, int]) -> ParamLayout:
-    sizes = dict(zip(("data", "fsdp", "tensor"), mesh))
-    total = per_dev = largest = layer = per_tensor = 0.0
-    tensor_only = {"data": 1, "fsdp": 1, "tensor": sizes["tensor"]}
-    for path, shape, axes in _leaf_shapes(mcfg):
-        n = math.prod(shape)
-        share = n / _shard_factor(shape, axes, sizes)
-        total += n
-        per_dev += share
-        largest = max(largest, share)
-        per_tensor += n / _shard_factor(shape, axes, tensor_only)
-        if len(path) > 1 and path[0] == "layers" and path[1] == "0":
-            layer += n / _shard_factor(shape, axes, tensor_only)
-    unembed = mcfg.hidden_size * mcfg.vocab_size
-    return ParamLayout(int(total), per_dev, largest, layer, unembed, per_tensor)
-
-
-# ---------------------------------------------------------------------------------------------
-# helpers
-
-
 def _div(n: int, k: int) -> tuple[int, bool]:
     """(n / k, True) when k divides n, else (n, False): indivisible dims are replicated."""
     return (n // k, True) if k > 1 and n % k == 0 else (n, k == 1)
-
-
-def cache_bucket(length: int) -> int:
-    """The sampler's cache length for `length` positions (tseeds_jax.sampling.core.cache_bucket)."""
-    from tseeds_jax.sampling.core import cache_bucket as bucket
-
-    return bucket(length)
 
 
 # ---------------------------------------------------------------------------------------------
 # the estimate
 
 
-def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
+def estimate(w: Workload, *, hbm_bytes: int | None = None) -> MemoryPlan:
     """The per-device memory plan of `w` (see the module docstring for the model)."""
     m = w.model
     data, fsdp, tensor = w.mesh
@@ -428,7 +323,7 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> Plan:
                           t_len=t_len, n_seq=n_seq)
 
 
-def _after_learner(w, lay, terms, add, warns, hbm_bytes, *, h, f, h_t, f_t, t_len, n_seq) -> Plan:
+def _after_learner(w, lay, terms, add, warns, hbm_bytes, *, h, f, h_t, f_t, t_len, n_seq) -> MemoryPlan:
     """The sampler, statistics and host phases (shared by both learner models)."""
     m = w.model
     data, fsdp, tensor = w.mesh
@@ -492,7 +387,7 @@ def _after_learner(w, lay, terms, add, warns, hbm_bytes, *, h, f, h_t, f_t, t_le
         add("host", "seed cache (host RAM)", seeds,
             f"(T-1)={w.refresh_interval - 1} batches x {n_seq} x R={w.response_len} x "
             "(id + log-prob + entropy)")
-    return Plan(w, tuple(terms), hbm_bytes, tuple(warns))
+    return MemoryPlan(w, tuple(terms), hbm_bytes, tuple(warns))
 
 
 def _learner_compiled(w: Workload, lay: ParamLayout, add, *, n_tok, n_resp, b, t_len, h_t, k_t,
@@ -513,8 +408,8 @@ def _learner_compiled(w: Workload, lay: ParamLayout, add, *, n_tok, n_resp, b, t
             "float32 reduce-scattered gradients of the micro-batch, beside the accumulator")
     # Unreduced (grad_reduce "update"), the compiler adds each layer's gradient into the
     # accumulator as the backward produces it: at the planned 10% schedule no second whole
-    # copy is alive (r1 on data 8 x fsdp 8: 14.2 GiB compiled; at libtpu's default schedule
-    # it keeps one, 22.2 GiB; docs/scale.md "Gradients that move once").
+    # copy is alive (at libtpu's default schedule it keeps one; docs/scale.md "Gradients that
+    # move once").
     if pb != a:
         add("learner", "compute-dtype parameter casts", TPU_PARAM_CASTS * lay.per_device * a,
             f"{TPU_PARAM_CASTS} casts of the parameter shards, hoisted out of the micro-batch loop")
@@ -557,28 +452,6 @@ def _learner_compiled(w: Workload, lay: ParamLayout, add, *, n_tok, n_resp, b, t
 # from a config
 
 
-def model_config_for(cfg, *, read_hf: bool = True):
-    """The ModelConfig a config trains: config.json of `model.init = "hf:DIR"` when that folder
-    exists, else `model.arch` (the paper configs spell the architecture out for this)."""
-    from tseeds_jax.model import ModelConfig
-
-    mdict = cfg.model
-    run = dict(param_dtype=mdict["param_dtype"], dtype=mdict["dtype"], remat=mdict["remat"],
-               attention_impl=mdict.get("attention_impl", "auto"),
-               decode_attention_impl=mdict.get("decode_attention_impl", "auto"),
-               kv_cache_dtype=mdict.get("kv_cache_dtype", "auto"))
-    init = mdict["init"]
-    if read_hf and isinstance(init, str) and init.startswith("hf:"):
-        path = os.path.join(init[3:], "config.json")
-        if os.path.exists(path):
-            return ModelConfig.from_hf_file(path, **run)
-    arch = dict(mdict["arch"])
-    if not arch.get("vocab_size"):
-        raise ValueError("config.model.arch.vocab_size=0: the plan needs the vocabulary size "
-                         "(set model.arch.vocab_size, or point model.init at an HF folder)")
-    return ModelConfig.from_hf_dict(arch, source="config.model.arch", **run)
-
-
 def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
                          num_devices: int | None = None, kernel_impl: str | None = None,
                          sampler_placement: str | None = None, read_hf: bool = True) -> Workload:
@@ -607,12 +480,12 @@ def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
     sis_top_k = family.from_loss_config(cfg.loss)[2].sis_top_k
     stale = getattr(getattr(cfg, "stale", None), "steps", 0)
     return Workload(
-        model=model_config_for(cfg, read_hf=read_hf), mesh=mesh,
+        model=cfg.model.model_config(read_hf=read_hf), mesh=mesh,
         batch_prompts=cfg.rollout.batch_prompts, group_size=cfg.rollout.group_size,
-        prompt_len=int(cfg.data["max_prompt_len"]), response_len=cfg.rollout.max_response_len,
+        prompt_len=cfg.data.max_prompt_len, response_len=cfg.rollout.max_response_len,
         mini_batches=o.mini_batches, micro_batch_size=o.micro_batch_size,
         refresh_interval=cfg.seeds.refresh_interval, truncation=cfg.seeds.truncation,
-        ratio=cfg.seeds.ratio, sampler_dtype=cfg.model.get("sampler_dtype", "float32"),
+        ratio=cfg.seeds.ratio, sampler_dtype=cfg.model.sampler_dtype,
         sampler_slots=int(hw.get("sampler_slots", 0) or 0),
         sampler_placement=sampler_placement or hw.get("sampler_placement") or "replica",
         sampler_tensor=int(hw.get("sampler_tensor", 0) or 0), family=fam,

@@ -61,10 +61,10 @@ def _parse(argv: list[str]):
 
 def build_plan(cd, *, accelerator=None, hbm_gib=None, num_devices=None, kernel_impl=None,
                sampler_placement=None, stats_rows=0):
-    """(Plan, Accelerator | None) of a ConfigDict; raises ValueError on bad input."""
+    """(MemoryPlan, Accelerator | None) of a ConfigDict; raises ValueError on bad input."""
+    from tseeds_jax.chips import parse_accelerator
     from tseeds_jax.rl.config import TrainConfig
     from tseeds_jax.scale import plan as plan_lib
-    from tseeds_jax.scale.hardware import parse_accelerator
 
     cfg = TrainConfig.from_config(cd)
     hw = cfg.hardware
@@ -86,7 +86,7 @@ def _fmt(nbytes: float) -> str:
 
 
 def render(plan, ranked, path, *, title: str) -> str:
-    from tseeds_jax.scale.plan import FIT_FRACTION
+    from tseeds_jax.chips import FIT_FRACTION
 
     w = plan.workload
     d, f, t = w.mesh

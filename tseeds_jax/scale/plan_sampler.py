@@ -23,6 +23,8 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from tseeds_jax.scale.plan_common import attention_kind, cache_bucket, score_rows, shard_factor
+
 
 def pow2_at_least(n: int) -> int:
     return 1 << max(n - 1, 0).bit_length()
@@ -41,9 +43,7 @@ def sampler_requests(w) -> int:
 
 def _split(sizes, logical: str, n: int) -> int:
     """How many ways the rules table splits a dimension `logical` of size n on this mesh."""
-    from tseeds_jax.scale.plan import _shard_factor
-
-    return _shard_factor((n,), (logical,), sizes)
+    return shard_factor((n,), (logical,), sizes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -66,43 +66,29 @@ class SamplerMemory:
         return self.params_read + self.kv + self.gathered + self.decode
 
 
-def decode_choice(w, lay, dtype_bytes, hbm_bytes=None):
-    """The decode layout `sampling.layout.choose` picks for the workload's largest call (HBM
-    free after the learner's state: its parameters and Adam's two float32 moments)."""
-    from tseeds_jax.sampling import layout
-    from tseeds_jax.scale.plan import FIT_FRACTION, cache_bucket
+def workload_decode_choice(w, hbm_bytes=None):
+    """(DecodeModel, Choice): the decode layout of the workload's largest call, decided as the
+    run decides it (`decode_layout.decide_for`: same model numbers, chip, free memory)."""
+    from tseeds_jax import chips
+    from tseeds_jax import decode_layout as dl
 
     m = w.model
-    dm = layout.DecodeModel(
-        weight_bytes=int(lay.total * dtype_bytes[w.sampler_dtype]),
-        kv_bytes_per_token=layout.kv_bytes_per_token(m), hidden=m.hidden_size,
-        layers=m.num_hidden_layers,
-        kv_heads=m.num_key_value_heads, heads=m.num_attention_heads,
-        act_bytes=dtype_bytes[m.dtype])
-    from tseeds_jax.scale.hardware import _TABLE, chip
-
-    free = (float("inf") if not hbm_bytes else
-            hbm_bytes * FIT_FRACTION - lay.per_device * (dtype_bytes[m.param_dtype] + 8))
-    bw = {}
-    if w.family in _TABLE:
-        row = chip(w.family)
-        bw = dict(hbm_bw=row.hbm_bandwidth, ici_bw=row.ici_bandwidth / 2)
-    return dm, layout.choose(dm, devices=w.num_devices,
-                             per_host=min(w.devices_per_host, w.num_devices),
-                             requests=sampler_requests(w), free_bytes=free,
-                             cache_len=cache_bucket(w.prompt_len + w.response_len),
-                             tensor=w.sampler_tensor or (0 if bw else 1), **bw)
+    chip = chips.chip(w.family) if w.family in chips.FAMILIES else None
+    choice = dl.decide_for(m, sampler_dtype=w.sampler_dtype, chip=chip, devices=w.num_devices,
+                           per_host=w.devices_per_host, requests=sampler_requests(w),
+                           hbm_bytes=hbm_bytes,
+                           cache_len=cache_bucket(w.prompt_len + w.response_len),
+                           tensor=w.sampler_tensor)
+    return dl.DecodeModel.of(m, w.sampler_dtype), choice
 
 
 def _decode_memory(w, lay, dtype_bytes, hbm_bytes) -> SamplerMemory:
     """The decode layout: a tensor-parallel copy of the weights per replica, the replica's
     slots' KV split over its KV heads, prefill rows split over the replicas."""
     from tseeds_jax.sampling.driver import PREFILL_TOKENS
-    from tseeds_jax.scale.plan import cache_bucket
-
     m = w.model
     pb, a, sb = (dtype_bytes[x] for x in (m.param_dtype, m.dtype, w.sampler_dtype))
-    dm, c = decode_choice(w, lay, dtype_bytes, hbm_bytes)
+    dm, c = workload_decode_choice(w, hbm_bytes)
     t, reps = c.layout.tensor, c.layout.replicas
     slots_rep = (-(-w.sampler_slots // reps) if w.sampler_slots else c.slots)
     s = cache_bucket(w.prompt_len + w.response_len)
@@ -114,7 +100,7 @@ def _decode_memory(w, lay, dtype_bytes, hbm_bytes) -> SamplerMemory:
     rows = max(1, PREFILL_TOKENS // t_pre)
     rows = min(1 << (rows.bit_length() - 1), pow2_at_least(slots_rep))
     d, f = m.hidden_size, m.intermediate_size
-    q_rows = _score_rows(w, t_pre)
+    q_rows = score_rows(w, t_pre)
     prefill = (rows * h_dev * q_rows * t_pre * (4 + 4 + a)
                + rows * t_pre * dm.kv_bytes_per_token // t
                + rows * t_pre * (4 * d + 3 * f // t) * a)
@@ -132,15 +118,7 @@ def _kv_note(m) -> str:
     return " int8 + float32 scales" if m.kv_cache_dtype == "int8" else ""
 
 
-def _score_rows(w, t: int) -> int:
-    from tseeds_jax.scale.plan import score_rows
-
-    return score_rows(w, t)
-
-
 def _scores_note(w, t: int) -> str:
-    from tseeds_jax.scale.plan import attention_kind
-
     kind = attention_kind(w, t)
     return {"xla": "scores materialised", "chunked": "scores in query chunks"}.get(
         kind, f"{kind} attention: no [t, t] scores")
@@ -160,8 +138,6 @@ def sampler_memory(w, lay, dtype_bytes, hbm_bytes=None) -> SamplerMemory:
         return _decode_memory(w, lay, dtype_bytes, hbm_bytes)
     from tseeds_jax.model import KVCache
     from tseeds_jax.sampling.driver import PREFILL_TOKENS  # padded prefill tokens per device
-    from tseeds_jax.sampling.layout import kv_element_bytes
-    from tseeds_jax.scale.plan import _shard_factor, cache_bucket
 
     m = w.model
     sizes = dict(zip(("data", "fsdp", "tensor"), w.mesh))
@@ -186,11 +162,11 @@ def sampler_memory(w, lay, dtype_bytes, hbm_bytes=None) -> SamplerMemory:
             "cache_head_dim": m.head_size}
     kv_sizes = sizes if sharded else {"data": 1, "fsdp": 1, "tensor": 1}
     kv = 0
-    ci, sc = kv_element_bytes(m)
+    ci, sc = m.kv_element_bytes
     for axes, item in ((KVCache.k_axes, ci), (KVCache.v_axes, ci), (KVCache.scale_axes, sc),
                        (KVCache.scale_axes, sc)):
         shape = tuple(dims[x] for x in axes)
-        kv += math.prod(shape) // _shard_factor(shape, axes, kv_sizes) * m.num_hidden_layers * item
+        kv += math.prod(shape) // shard_factor(shape, axes, kv_sizes) * m.num_hidden_layers * item
     slots_dev = slots // shards
     k_dev = m.num_key_value_heads // (_split(kv_sizes, "cache_kv_heads", m.num_key_value_heads))
     kv_note = (f"{slots_dev} slots x S={s} x {m.num_hidden_layers} layers x 2 x {k_dev} kv heads "
@@ -202,7 +178,7 @@ def sampler_memory(w, lay, dtype_bytes, hbm_bytes=None) -> SamplerMemory:
     rows = max(1, PREFILL_TOKENS // t_pre)
     rows = min(1 << (rows.bit_length() - 1), -(-pow2_at_least(requests) // shards))
     d, f = m.hidden_size, m.intermediate_size
-    q_rows = _score_rows(w, t_pre)  # 0 with a flash kernel (splash on TPU): no [t, t] buffer
+    q_rows = score_rows(w, t_pre)  # 0 with a flash kernel (splash on TPU): no [t, t] buffer
     prefill = (rows * h_dev * q_rows * t_pre * (4 + 4 + a)  # scores, softmax (f32), probs
                + rows * t_pre * m.num_hidden_layers * 2 * k_dev * (m.head_size * ci + sc)  # own KV
                + rows * t_pre * (4 * d + 3 * f) * a)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 
 from tseeds_jax.scale import plan as plan_lib
-from tseeds_jax.scale.plan import Plan, Workload
+from tseeds_jax.scale.plan import MemoryPlan, Workload
 from tseeds_jax.scale.plan_sampler import num_hosts, pow2_at_least, sampler_requests
 
 
@@ -17,7 +17,7 @@ from tseeds_jax.scale.plan_sampler import num_hosts, pow2_at_least, sampler_requ
 class Suggestion:
     change: str  # a config override, e.g. "--config.optim.micro_batch_size=16"
     why: str
-    plan: Plan
+    plan: MemoryPlan
 
 
 def _candidates(w: Workload):
@@ -70,7 +70,7 @@ def _candidates(w: Workload):
     return out
 
 
-def suggestions(plan: Plan, *, max_rounds: int = 6) -> tuple[list[Suggestion], list[Suggestion]]:
+def suggestions(plan: MemoryPlan, *, max_rounds: int = 6) -> tuple[list[Suggestion], list[Suggestion]]:
     """(ranked single changes, a greedy path of changes to a fit).
 
     Single changes are ranked by the peak after applying each one alone; the path applies the

@@ -5,7 +5,7 @@ devices of that slice's topology (v5p-64: 32 chips "2x4x4", 8 hosts of 4 chips) 
 one: XLA's TPU compiler then compiles for them from this process; nothing can run on them.
 `--topology v5p:2x2x1` names a topology directly.
 
-Chip numbers (peak FLOP/s, HBM and ICI bandwidth) are `hardware.chip(family)`: the project's one
+Chip numbers (peak FLOP/s, HBM and ICI bandwidth) are `chips.chip(family)`: the project's one
 chip table.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from tseeds_jax.scale.hardware import parse_accelerator
+from tseeds_jax.chips import parse_accelerator
 
 # libtpu's name of each family, and the chip grid of a slice of n chips (Cloud TPU's shapes).
 _TPU_NAMES = {"v4": "v4", "v5e": "v5e", "v5p": "v5p", "v6e": "v6e"}

@@ -1,4 +1,7 @@
-"""Known accelerators: HBM per device and how many JAX devices a slice name stands for.
+"""Chip facts, the project's one table: per accelerator family its peak FLOP/s, HBM bandwidth
+and size, interconnect bandwidth, how JAX names its devices, and how many JAX devices a slice
+name stands for. A leaf module (it imports nothing from tseeds_jax and JAX only inside `chip()`,
+to read JAX's own TPU table), used by rl, scale, sampling and kernels.
 
 Names: Cloud TPU slice types (`v4-32`, `v5p-64`, `v5litepod-16` / `v5e-16`, `v6e-64`) and GPU
 hosts (`8xH100`, `h200-8`, `H100`). In `v2`/`v3`/`v4`/`v5p` names the number counts TensorCores
@@ -13,6 +16,9 @@ import functools
 import re
 
 GIB = 1 << 30
+# Usable share of a device's HBM for planned buffers: the rest is the runtime's reservation,
+# collectives' scratch and fragmentation (the memory plan and the decode layout both use it).
+FIT_FRACTION = 0.9
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,6 +49,13 @@ class Chip:
     hbm_gib: float
     ici_bandwidth: float
     source: str
+
+    @property
+    def ici_one_way(self) -> float:
+        """Bytes/s a device sends over the interconnect: half the bidirectional figure. A
+        collective's bytes sent per device divided by this is its time (docs/scale.md rooflines,
+        the decode layout's all-reduce term)."""
+        return self.ici_bandwidth / 2
 
 
 # The project's one chip table. TPU peak FLOP/s and HBM bandwidth are JAX's own
@@ -88,9 +101,32 @@ def chip(family: str) -> Chip:
     return Chip(family, float(flops), float(bw), float(hbm), float(ici), source)
 
 
-# device_kind text -> family, most specific first (TPU kinds as JAX reports them, GPU names).
-_KIND_FAMILY = (("v6 lite", "v6e"), ("v5 lite", "v5e"), ("v5", "v5p"), ("v4", "v4"),
-                ("h200", "h200"), ("h100", "h100"))
+# device_kind strings as libtpu reports them (checked against the compile-only topologies
+# v4:2x2x1, v5e:2x2, v5p:2x2x1, v6e:2x2 of libtpu 0.0.42.1) -> family.
+TPU_DEVICE_KINDS = {
+    "TPU v4": "v4",
+    "TPU v5 lite": "v5e",
+    "TPU v5e": "v5e",
+    "TPU v5": "v5p",
+    "TPU v5p": "v5p",
+    "TPU v6 lite": "v6e",
+    "TPU v6e": "v6e",
+}
+# Other device_kind text -> family, most specific first (GPU names, TPU kinds not listed above).
+_KIND_FAMILY = (("v6 lite", "v6e"), ("v5 lite", "v5e"), ("v5e", "v5e"), ("v5", "v5p"),
+                ("v4", "v4"), ("h200", "h200"), ("h100", "h100"))
+
+
+def family_of_device_kind(kind: str) -> str | None:
+    """The chip family of a JAX `device_kind` string, None when the table does not know it."""
+    kind = kind.strip()
+    if kind in TPU_DEVICE_KINDS:
+        return TPU_DEVICE_KINDS[kind]
+    low = kind.lower()
+    for text, family in _KIND_FAMILY:
+        if text in low:
+            return family
+    return None
 
 
 def chip_of_devices(devices) -> Chip | None:
@@ -99,11 +135,8 @@ def chip_of_devices(devices) -> Chip | None:
     d = devices[0]
     if d.platform not in ("tpu", "gpu", "cuda", "rocm"):
         return None
-    kind = d.device_kind.lower()
-    for text, family in _KIND_FAMILY:
-        if text in kind:
-            return chip(family)
-    return None
+    family = family_of_device_kind(d.device_kind)
+    return chip(family) if family else None
 
 
 def jax_tpu_info(family: str) -> tuple[float, float] | None:
@@ -120,6 +153,16 @@ def jax_tpu_info(family: str) -> tuple[float, float] | None:
 
 
 _ALIASES = {"v5litepod": "v5e", "v5lite": "v5e", "tpuv4": "v4", "tpuv5p": "v5p", "tpuv6e": "v6e"}
+
+
+def hbm_bytes(family: str | None, hbm_gib: float = 0.0) -> int | None:
+    """HBM bytes of one device: `hbm_gib` (config.hardware.hbm_gib_per_device) when set, else the
+    table's figure for `family`; None when neither is known."""
+    if hbm_gib:
+        return int(hbm_gib * GIB)
+    if family in FAMILIES:
+        return int(FAMILIES[family][0] * GIB)
+    return None
 
 
 def parse_accelerator(name: str, *, hbm_gib: float | None = None) -> Accelerator:
