@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 from tseeds_jax import rewards
-from tseeds_jax.rewards import _legacy, sandbox
+from tseeds_jax.rewards import sandbox, weak_isolation
 
 ROOT = Path(__file__).resolve().parents[1]
 ADD_IO = {"stdin_stdout": [["1 2\n", "3\n"], ["10 -4\n", "6\n"]]}
@@ -59,7 +59,7 @@ def _sandbox_rates(n: int) -> dict[str, float]:
     of 8 so that load from other jobs falls on both alike. This process is single-threaded."""
     progs = [(r, "1 2\n") for r, _ in PROGRAMS[:3]] + [(PROGRAMS[3][0] + "\n" + ADD_ASSERT["asserts"], "")]
     runners = {"bubblewrap (allowlisted root)": sandbox.run_program,
-               "previous (namespaces, denylist)": _legacy.run_program}
+               "previous (namespaces, denylist)": weak_isolation.run_program}
     spent = dict.fromkeys(runners, 0.0)
     for run in runners.values():  # warm-up: first fork and page-in
         run(*progs[0])

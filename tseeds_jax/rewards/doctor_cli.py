@@ -51,13 +51,12 @@ def main(argv: list[str] | None = None) -> int:
         args = _parse(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as e:
         return int(e.code or 0)
-    from tseeds_jax import rewards
-    from tseeds_jax.rewards import _pool
+    from tseeds_jax.rewards import _pool, code_reward, registry  # noqa: F401 - code_reward registers "code"
 
     if args.python:
         _pool.restart_shared(args.python)
     try:
-        res = rewards.score_result("code", PROGRAM, REFERENCE)
+        res = registry.score_result("code", PROGRAM, REFERENCE)
     finally:
         if args.python:
             _pool.restart_shared(None)
