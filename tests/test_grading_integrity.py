@@ -27,9 +27,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox_utils import as_user, system_user
+from tests.sandbox_utils import as_user, system_user, workers
 from tseeds_jax import rewards
-from tseeds_jax.rewards import _pool, assert_split, grading, health, sandbox
+from tseeds_jax.rewards import _mounts, _pool, assert_split, grading, health, sandbox
 from tseeds_jax.rewards.sandbox import UID_BASE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -37,7 +37,8 @@ ADD = "def add(a, b):\n    return a + b\n"
 WRONG = "def add(a, b):\n    return 0\n"
 ADD_REF = {"asserts": "assert add(1, 2) == 3\nassert add(10, -4) == 6, 'negative'"}
 HUMANEVAL_REF = {"asserts": "METADATA = {'author': 'x'}\n\n\ndef check(candidate):\n"
-                            "    assert candidate(1, 2) == 3\n    assert candidate(10, -4) == 6\n\ncheck(add)\n"}
+                            "    assert candidate(1, 2) == 3\n    assert candidate(10, -4) == 6\n"
+                            "\ncheck(add)\n"}
 # not splittable (a loop): run by the in-sandbox checker
 CHECKED_REF = {"asserts": "def check(candidate):\n    for a in range(1, 4):\n"
                           "        assert candidate(a, a) == 2 * a\n\ncheck(add)\n"}
@@ -63,7 +64,8 @@ HOOKS = {  # harmless to a correct program, so its honest version keeps them at 
 ALWAYS_EQUAL = ("class Yes:\n    def __eq__(self, other):\n        return True\n"
                 "    def __ne__(self, other):\n        return False\n    __hash__ = object.__hash__\n"
                 "def add(a, b):\n    return Yes()\n")
-INT_EQUAL = "class Yes(int):\n    def __eq__(self, other):\n        return True\ndef add(a, b):\n    return Yes(0)\n"
+INT_EQUAL = ("class Yes(int):\n    def __eq__(self, other):\n        return True\n"
+             "def add(a, b):\n    return Yes(0)\n")
 PATCHES = ("import builtins, math\nbuiltins.abs = lambda x: 0\nmath.isclose = lambda *a, **k: True\n"
            "builtins.AssertionError = type('Nothing', (Exception,), {})\n")
 # looks for the tests everywhere a program can look, and answers from what it found
@@ -94,7 +96,8 @@ def add(a, b):
 '''
 MAIN_IDIOM_HONEST = ADD + "import sys\ndef main():\n    print('usage: add A B')\n    return 2\n" \
                           "if __name__ == '__main__':\n    sys.exit(main())\n"
-MAIN_IDIOM_WRONG = WRONG + "import sys\ndef main():\n    return 0\nif __name__ == '__main__':\n    sys.exit(main())\n"
+MAIN_IDIOM_WRONG = WRONG + ("import sys\ndef main():\n    return 0\n"
+                           "if __name__ == '__main__':\n    sys.exit(main())\n")
 SLOW_ADD = "import time\ndef add(a, b):\n    time.sleep(0.5)\n    return a + b\n"
 
 
@@ -143,7 +146,8 @@ _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
 KEYCTL_JOIN_SESSION_KEYRING, KEYCTL_UPDATE, KEYCTL_READ, KEYCTL_SEARCH = 1, 2, 11, 10
 KEY_SPEC_SESSION_KEYRING = -3
-_NR = {"x86_64": {"add_key": 248, "keyctl": 250}, "aarch64": {"add_key": 217, "keyctl": 219}}[os.uname().machine]
+_NR = {"x86_64": {"add_key": 248, "keyctl": 250},
+       "aarch64": {"add_key": 217, "keyctl": 219}}[os.uname().machine]
 
 
 def _keyctl(*args) -> int:
@@ -234,11 +238,11 @@ def _training(ctx: dict, programs: list[tuple[str, str, dict, dict, float]]) -> 
             seen.setdefault(p[0], []).append(score)
         return out
 
-    n = len(programs)
     group = 4
+    prompts = -(-len(programs) // (2 * group))  # two steps see every program
+    prompts += prompts % 2  # a batch divisible by the test mesh's 8 devices
     cfg = TrainConfig.from_config(tiny_cd(ctx["run_dir"], steps=2, reward="code",
-                                          **{"rollout.batch_prompts": -(-n // (2 * group)),
-                                             "rollout.group_size": group}))
+                                          **{"rollout.batch_prompts": prompts, "rollout.group_size": group}))
     trainer = make_trainer(cfg, checkpoints=False, env_overrides={"reward_fn": reward_fn})
     trainer.run()
     return {"step": trainer.step, "seen": seen}
@@ -353,6 +357,21 @@ def test_two_step_code_reward_run_as_non_root(user):
     _check_training(out)
 
 
+def test_weak_isolation_keeps_the_grading_protocol():
+    """Under the switch (a machine without user namespaces, made by the test hook), the harness
+    runs in the weak backend with the same protocol: split asserts and the checker both hold."""
+    picked = {"exit_os_exit_asserts_wrong", "exit_os_exit_asserts_honest", "always_equal_humaneval_wrong",
+              "main_idiom_humaneval_honest", "exit_sys_exit_checked_wrong", "read_source_checked_honest",
+              "patched_builtins_wrong", "fraction_three_of_four"}
+    with workers(None, **{_mounts.FAIL_ENV: "userns", sandbox.WEAK_ENV: "1"}):
+        got = {name: (rewards.score_result("code", prog, ref, **opts), want)
+               for name, prog, ref, opts, want in cases() if name in picked}
+    assert len(got) == len(picked)
+    bad = {n: (r.score, r.reason, want) for n, (r, want) in got.items()
+           if r.score != want or not r.details["isolation"].get("weak")}
+    assert not bad, bad
+
+
 # --- the splitter and the outside comparison, without a sandbox ---
 
 
@@ -383,7 +402,8 @@ def test_outside_comparison_follows_python_semantics_on_plain_values():
     assert not grading.matches(0.31, assert_split.Check("abs_lt", 0.3, abs_tol=0.01))
     assert grading.matches(0.3, assert_split.Check("abs_le", 0.31, abs_tol=0.01 + 1e-12))
     assert not grading.matches("0.3", assert_split.Check("close", 0.3))
-    assert grading.matches(0, assert_split.Check("falsy")) and not grading.matches([0], assert_split.Check("falsy"))
+    falsy = assert_split.Check("falsy")
+    assert grading.matches(0, falsy) and not grading.matches([0], falsy)
     assert grading.matches(None, assert_split.Check("is", None))
     assert not grading.matches(1, assert_split.Check("is", True))
 

@@ -165,7 +165,10 @@ def _stage_dir() -> str:
 
 def _argv(bwrap: str, view: View, sources: list[str], limits: SandboxLimits, python: str,
           uid: int, seccomp: bool, hook: str | None, harness: str | None) -> list[str]:
-    a = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session", "--as-pid-1", "--hostname", "sandbox",
+    # --disable-userns (bwrap >= 0.8) needs an explicit --unshare-user; the seccomp filter refuses
+    # new namespaces too
+    a = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+         "--as-pid-1", "--hostname", "sandbox",
          "--uid", str(uid), "--gid", str(uid if os.geteuid() == 0 else os.getgid())]
     system = {d for d in SYSTEM_DIRS} | {d for d in SYSTEM_LINKS}
     for src, dest in view.binds:
@@ -374,7 +377,7 @@ def _supervise(pid, sweep, limits, data, w_in, r_out, r_err, r_st, t0, python, s
             else:
                 result += chunk[0 if started else 1:]
                 started = True
-        if len(out) > limits.output_bytes or len(err) > limits.stderr_bytes or len(result) > limits.output_bytes:
+        if max(len(out), len(result)) > limits.output_bytes or len(err) > limits.stderr_bytes:
             status = "output_limit"
             break
     if w_in is not None:

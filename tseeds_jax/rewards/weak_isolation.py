@@ -1,5 +1,6 @@
-"""The weak grading mode: the previous (namespace, denylist) sandbox, used only under the switch `sandbox_allow_weak_isolation`
-when bubblewrap cannot build the allowlisted root, and beside it in benchmarks/bench_rewards.py.
+"""The weak grading mode: the previous (namespace, denylist) sandbox, used only under the switch
+`sandbox_allow_weak_isolation` when bubblewrap cannot build the allowlisted root, and beside it in
+benchmarks/bench_rewards.py.
 
 `run_program` must be called from a single-threaded process (it forks): the reward worker processes
 of `_pool` are such processes; `tseeds_jax.rewards.code` sends work there. Process tree per run:
