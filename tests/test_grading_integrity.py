@@ -124,7 +124,11 @@ def cases() -> list[tuple[str, str, dict, dict, float]]:
             (f"main_idiom_{ref_name}_wrong", MAIN_IDIOM_WRONG, ref, {}, 0.0),
             (f"main_idiom_{ref_name}_honest", MAIN_IDIOM_HONEST, ref, {}, 1.0),
         ]
+    shadows = "def range(*a):\n    return []\ndef all(*a):\n    return True\n"
     out += [
+        # in the checker, the program's names are proxies; builtins it redefines are not
+        ("shadow_builtins_checked_wrong", WRONG + shadows, CHECKED_REF, {}, 0.0),
+        ("shadow_builtins_checked_honest", ADD + shadows, CHECKED_REF, {}, 1.0),
         ("patched_builtins_wrong", PATCHES + "def area(r):\n    return 0.0\n", AREA_REF, {}, 0.0),
         ("patched_builtins_honest", PATCHES + AREA, AREA_REF, {}, 1.0),
         ("fraction_early_exit_wrong", WRONG + HOOKS["atexit"] + EXITS["os_exit"], FRACTION_REF,
@@ -385,6 +389,9 @@ def test_split_keeps_expected_values_out_of_what_enters_the_sandbox():
     assert [t.check.kind for t in tests] == ["eq", "eq", "abs_le", "close", "falsy", "is"]
     assert [t.check.expected for t in tests][:4] == [99, 7, 0.5, 2.5]
     assert tests[3].check.abs_tol == 0.1 and tests[2].check.abs_tol == 1e-6
+    _, more = assert_split.split("assert True, 'debug'\nassert set(f(1)) == set((4, 5))\n"
+                                 "assert g(2) == float('inf')\n")
+    assert [(t.call, t.check.expected) for t in more] == [("set(f(1))", {4, 5}), ("g(2)", float("inf"))]
     sent = json.dumps([setup] + [t.call for t in tests])
     assert "99" not in sent and "0.5" not in sent and "2.5" not in sent
     for src in ("for i in range(3):\n    assert f(i) == i\n", "assert f(1) == f(2)\n",

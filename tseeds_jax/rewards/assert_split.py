@@ -9,9 +9,11 @@ Understood forms, at the top level of a test source or in the body of HumanEval'
     assert CALL / assert not CALL          (truthiness)
     assert CALL is None / is True / is False (and `is not`)
 
-EXPECTED and TOL are Python literals (`ast.literal_eval`), or names bound to literals at the top
-level. Besides asserts, a splittable source holds only imports and literal assignments (sent into
-the sandbox as `setup` when a call uses them), docstrings and the `check(NAME)` line. Anything else
+EXPECTED and TOL are Python literals (`ast.literal_eval`), `set`/`frozenset`/`tuple`/`list`/
+`float`/`complex` of one literal (`set((4, 5))`, `float('inf')`), or names bound to literals at the
+top level. Besides asserts, a splittable source holds only imports and literal assignments (sent into
+the sandbox as `setup` when a call uses them), docstrings, `assert True` (a no-op) and the
+`check(NAME)` line. Anything else
 (loops, helper functions, computed expected values) makes the whole source *unsplittable*: it is
 then run by the checker of `sandbox_harness` (docs/sandbox.md says which guarantee each gets).
 """
@@ -47,9 +49,24 @@ class SplitTest:
     source: str  # the assert as written (reports)
 
 
+# pure constructors of plain values, applied (here, by our own builtins) to one literal argument:
+# MBPP writes `set((4, 5))`, HumanEval `float('inf')`
+_CONSTRUCTORS = {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list, "float": float,
+                 "complex": complex}
+
+
 def _literal(node: ast.AST, consts: dict) -> tuple[bool, Any]:
     if isinstance(node, ast.Name) and node.id in consts:
         return True, consts[node.id]
+    if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CONSTRUCTORS
+            and node.func.id not in consts and not node.keywords and len(node.args) <= 1):
+        ok, arg = _literal(node.args[0], consts) if node.args else (True, ())
+        if not ok:
+            return False, None
+        try:
+            return True, _CONSTRUCTORS[node.func.id](*([arg] if node.args else []))
+        except (TypeError, ValueError, OverflowError):
+            return False, None
     try:
         return True, ast.literal_eval(node)
     except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
@@ -178,9 +195,14 @@ def split(source: str) -> tuple[str, list[SplitTest]]:
     tests = []
     used: set[str] = set()
     for a in asserts:
+        const, value = _literal(a.test, consts)
+        if const and value:
+            continue  # HumanEval's `assert True, "..."`: a no-op
         call, chk = _one(a.test, consts)
         used |= {n.id for n in ast.walk(call) if isinstance(n, ast.Name)}
         tests.append(SplitTest(ast.unparse(call), chk, ast.unparse(a)))
+    if not tests:
+        raise Unsplittable("only constant asserts")  # the checker runs it: the program must import
     # literal assignments go in only when a call reads them (an expected value bound to a name
     # that no call uses stays outside)
     kept = [s for s in setup if not isinstance(s, ast.Assign) or s.targets[0].id in used]

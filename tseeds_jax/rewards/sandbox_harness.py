@@ -195,7 +195,8 @@ def run_check():
             os._exit(0)
         ns = {"__name__": "__test__"}
         for name in hello[1]:
-            if _isinstance(name, str):
+            # a program's `range` or `all` must not replace the checker's (an empty loop passes)
+            if _isinstance(name, str) and not hasattr(__builtins__, name):
                 ns[name] = _proxy(name, f, to_prog_w)
         exec(compile(spec["test"], "<test>", "exec"), ns)
         payload = ["pass", spec["secret"]]
