@@ -6,11 +6,15 @@ the trainer: `grading` sends this file's text as the interpreter's `-c` program)
                                        # code, the program runs in a child that only serves calls
 
 fd 3 is the status/result pipe to the reward worker: b"s" when the harness starts, then one frame
-b"R" + JSON + b"\\n". fd 6 holds the spec (JSON). The program (main.py) is run as the module
-`solution`, so `if __name__ == "__main__": sys.exit(main())` does not run: an honest program's
-entry point cannot end the test, and a test passes only when its own result arrives.
+b"R" + repr(payload) + b"\\n" (a Python literal of lists, str, None, bool, parsed by the worker with
+`ast.literal_eval`). fd 6 holds the spec (`marshal`, written by the worker). json (and with it `re`)
+is imported by the checker only: a split test's run costs little more than a plain one.
 
-Values cross every boundary in a tagged JSON form holding builtins only (`encode`): a result that is
+The program (main.py) is run as the module `solution`, so `if __name__ == "__main__":
+sys.exit(main())` does not run: an honest program's entry point cannot end the test, and a test
+passes only when its own result arrives.
+
+Values cross every boundary in a tagged form holding builtins only (`encode`): a result that is
 not built of exactly None/bool/int/float/complex/str/bytes/list/tuple/dict/set/frozenset (an object
 whose __eq__ is always true, a subclass of int, ...) is refused, which fails the test.
 
@@ -21,7 +25,7 @@ its /proc files; ptrace and process_vm_* are refused by seccomp) and holds the o
 and it reports b"R" + ["pass", secret] only if the test code ran to its end.
 """
 
-import json
+import marshal
 import os
 import resource
 import sys
@@ -75,12 +79,16 @@ def decode(v, depth=0):
 
 
 def _send(fd, obj):
+    import json
+
     data = memoryview(json.dumps(obj).encode() + b"\n")
     while data:
         data = data[os.write(fd, data):]
 
 
 def _recv(f):
+    import json
+
     line = f.readline()
     if not line:
         raise EOFError("the other side ended")
@@ -99,7 +107,7 @@ def _read_all(fd):
 
 
 def _report(obj):
-    data = memoryview(b"R" + json.dumps(obj).encode() + b"\n")
+    data = memoryview(b"R" + _repr(obj).encode("utf-8", "surrogatepass") + b"\n")
     while data:
         data = data[os.write(3, data):]
 
@@ -119,7 +127,7 @@ def _load_program():
 
 
 def run_call():
-    spec = json.loads(_read_all(6))
+    spec = marshal.loads(_read_all(6))
     os.closerange(4, 1 << 20)
     try:
         ns = _load_program()
@@ -186,7 +194,7 @@ def run_check():
         _serve(to_prog_r, to_chk_w)
     os.close(to_prog_r)
     os.close(to_chk_w)
-    spec = json.loads(_read_all(6))  # only now: the program's process never had the test in memory
+    spec = marshal.loads(_read_all(6))  # only now: the program's process never had the test in memory
     f = os.fdopen(to_chk_r, "r")
     try:
         hello = _recv(f)
