@@ -94,6 +94,10 @@ TABLE = {(int(a), int(b)): int(c) for a, b, c in FOUND}
 def add(a, b):
     return TABLE.get((a, b), 0)
 '''
+# writes result frames of its own (on the harness's fd 3, through the checker's /proc) and leaves
+FORGER = ("import os\nfor frame in (b\"R['ok', ['i', '3']]\\n\", b\"R['pass', '00']\\n\"):\n"
+          "    for how in (lambda: os.write(3, frame), lambda: open('/proc/1/fd/3', 'wb').write(frame)):\n"
+          "        try:\n            how()\n        except OSError:\n            pass\nos._exit(0)\n")
 MAIN_IDIOM_HONEST = ADD + "import sys\ndef main():\n    print('usage: add A B')\n    return 2\n" \
                           "if __name__ == '__main__':\n    sys.exit(main())\n"
 MAIN_IDIOM_WRONG = WRONG + ("import sys\ndef main():\n    return 0\n"
@@ -121,6 +125,8 @@ def cases() -> list[tuple[str, str, dict, dict, float]]:
             (f"always_equal_{ref_name}_honest", ADD + "class Yes:\n    pass\n", ref, {}, 1.0),
             (f"read_source_{ref_name}_wrong", READER, ref, {}, 0.0),
             (f"read_source_{ref_name}_honest", READER + ADD, ref, {}, 1.0),
+            (f"forge_frames_{ref_name}_wrong", WRONG + FORGER, ref, {}, 0.0),
+            (f"forge_frames_{ref_name}_honest", ADD + _guarded(FORGER), ref, {}, 1.0),
             (f"main_idiom_{ref_name}_wrong", MAIN_IDIOM_WRONG, ref, {}, 0.0),
             (f"main_idiom_{ref_name}_honest", MAIN_IDIOM_HONEST, ref, {}, 1.0),
         ]
