@@ -150,6 +150,13 @@ def cases() -> list[tuple[str, str, dict, dict, float]]:
     return out
 
 
+def training_cases() -> list[tuple[str, str, dict, dict, float]]:
+    """Every attack class once (top-level asserts; the checker through the shadowing pair): the
+    training runs stay short, `score_result` covers every form."""
+    return [c for c in cases() if not any(f in c[0] for f in ("_humaneval_", "_checked_"))
+            or c[0].startswith("shadow_")]
+
+
 # --- the runner: one process, as root or as the created user ---
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -266,12 +273,11 @@ def run_all(ctx: dict) -> dict:
     key = _libc.syscall(_NR["add_key"], b"user", b"tseeds_trainer_secret", token, len(token),
                         ctypes.c_long(KEY_SPEC_SESSION_KEYRING))
     out: dict = {"uid": os.getuid(), "key_readable_outside": key > 0 and _read_key(key) == token}
-    sel = cases()
     if ctx.get("train"):
-        out["training"] = _training(ctx, sel)
+        out["training"] = _training(ctx, training_cases())
     else:
         out["scores"] = {}
-        for name, prog, ref, opts, _ in sel:
+        for name, prog, ref, opts, _ in cases():
             r = rewards.score_result("code", prog, ref, **opts)
             out["scores"][name] = [r.score, r.reason, r.details.get("stderr_tail", "")[-200:]]
     r = rewards.score_result("code", keyring_program(key), CONTAINED)
@@ -312,7 +318,7 @@ def _check_training(out: dict) -> None:
     _check_common(out)
     t = out["training"]
     assert t["step"] == 2, t
-    bad = {name: t["seen"].get(name) for name, *_, want in cases()
+    bad = {name: t["seen"].get(name) for name, *_, want in training_cases()
            if not t["seen"].get(name) or any(s != want for s in t["seen"][name])}
     assert not bad, bad
 
