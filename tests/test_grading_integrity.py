@@ -226,6 +226,37 @@ print("contained" if all(v < (256 << 20) for v in held.values()) else "ESCAPED")
 print(held, file=os.sys.stderr)
 '''
 CONTAINED = {"stdin_stdout": [["", "contained"]]}
+# reads the memory of its parent (the weak backend's setup process, forked from the worker) and
+# grandparent (the reward worker), which hold the expected value, and answers with what it found;
+# the trainer above them is out of the grading code's reach (docs/sandbox.md, known limits)
+ANCESTOR_READER = r'''import os, re
+def _ppid(pid):
+    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+found, pid = None, os.getpid()
+for _ in range(2):
+    pid = _ppid(pid)
+    if pid <= 1 or found:
+        break
+    try:
+        maps = open(f"/proc/{pid}/maps").read().splitlines()
+        mem = open(f"/proc/{pid}/mem", "rb")
+    except OSError:
+        continue
+    for line in maps:
+        lo, hi = (int(x, 16) for x in line.split()[0].split("-"))
+        if line.split()[1].startswith("rw") and hi - lo < 1 << 28:
+            try:
+                mem.seek(lo)
+                m = re.search(rb"tseeds-unique-[0-9]{6}", mem.read(hi - lo))
+            except (OSError, ValueError, OverflowError):
+                continue
+            if m:
+                found = m.group(0).decode()
+                break
+def f():
+    return found
+'''
+UNIQUE_REF = {"asserts": "assert f() == 'tseeds-unique-" + "739155'"}
 
 
 def _training(ctx: dict, programs: list[tuple[str, str, dict, dict, float]]) -> dict:
@@ -273,6 +304,19 @@ def run_all(ctx: dict) -> dict:
     key = _libc.syscall(_NR["add_key"], b"user", b"tseeds_trainer_secret", token, len(token),
                         ctypes.c_long(KEY_SPEC_SESSION_KEYRING))
     out: dict = {"uid": os.getuid(), "key_readable_outside": key > 0 and _read_key(key) == token}
+    if ctx.get("weak_without_namespaces"):
+        # the weakest mode there is: no namespace, the program runs as the trainer's own uid
+        from tests.sandbox_utils import workers
+        from tseeds_jax.rewards import _mounts
+
+        env = {"TSEEDS_SANDBOX_NO_NAMESPACES": "1", _mounts.FAIL_ENV: "userns", sandbox.WEAK_ENV: "1"}
+        with workers(None, **env):
+            got = {name: rewards.score_result("code", prog, UNIQUE_REF)
+                   for name, prog in (("reader", ANCESTOR_READER), ("honest", "def f():\n    return "
+                                                                    "'tseeds-unique-739155'\n"))}
+        out["weak"] = {k: [r.score, r.reason, (r.details.get("isolation") or {}).get("weak")]
+                       for k, r in got.items()}
+        return out
     if ctx.get("train"):
         out["training"] = _training(ctx, training_cases())
     else:
@@ -386,6 +430,14 @@ def test_weak_isolation_keeps_the_grading_protocol():
     bad = {n: (r.score, r.reason, want) for n, (r, want) in got.items()
            if r.score != want or not r.details["isolation"].get("weak")}
     assert not bad, bad
+
+
+def test_weak_backend_without_namespaces_hides_the_expected_values_in_memory(user):
+    """As the trainer's own uid with no namespace at all, a program reading the memory of the
+    reward worker and of the setup process (both hold the expected value) finds nothing: both are
+    non-dumpable."""
+    out = _as(user, {"weak_without_namespaces": True})
+    assert out["weak"] == {"reader": [0.0, "wrong", True], "honest": [1.0, "correct", True]}, out
 
 
 # --- the splitter and the outside comparison, without a sandbox ---

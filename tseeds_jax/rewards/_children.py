@@ -127,10 +127,14 @@ def setup_child(cfg: dict, fds: dict) -> None:
     code = 1
     try:
         os.setsid()
+        lx.set_dumpable()  # the worker is not (see _worker); writing our uid_map needs it
         lx.set_parent_death_signal(signal.SIGKILL)  # a killed worker takes its sandbox with it
         lx.set_child_subreaper()  # without a pid namespace, orphans come back here to be reaped
         root = os.geteuid() == 0
         iso = _unshare(root)
+        # this process holds a copy of the worker's memory (the expected values): without a pid
+        # namespace the program, same uid, could read it through /proc
+        lx.set_dumpable(False)
         iso["seccomp"] = cfg["seccomp"] and lx.seccomp_supported()
         os.write(fds["status"], f"iso {json.dumps(iso)}\n".encode())
         uid = cfg["sandbox_uid"] if root else None

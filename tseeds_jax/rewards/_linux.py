@@ -65,9 +65,10 @@ def set_no_new_privs() -> None:
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
 
 
-def set_dumpable() -> None:
-    """Make /proc/self ours again after a uid change (the kernel hands it to root until exec)."""
-    _check(_libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(DUMPABLE)")
+def set_dumpable(on: bool = True) -> None:
+    """on: make /proc/self ours again after a uid change (the kernel hands it to root until exec).
+    off: no process of our uid may read our memory or fds through /proc, or ptrace us."""
+    _check(_libc.prctl(PR_SET_DUMPABLE, int(on), 0, 0, 0), "prctl(DUMPABLE)")
 
 
 def set_child_subreaper() -> None:
