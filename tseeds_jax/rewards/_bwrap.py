@@ -318,19 +318,20 @@ def run(source: str, stdin: str, limits: SandboxLimits, *, extra_binds: tuple[st
     if seccomp:
         os.write(sec_fd, seccomp_mod.filter_bytes())
         os.lseek(sec_fd, 0, os.SEEK_SET)
-    spec_fd = os.memfd_create("tseeds_spec", os.MFD_CLOEXEC)
+    spec_fds = []  # fd 6 in the sandbox: the harness's spec (assert tests only)
     if harness:
-        os.write(spec_fd, harness[1])
-        os.lseek(spec_fd, 0, os.SEEK_SET)
+        spec_fds.append(os.memfd_create("tseeds_spec", os.MFD_CLOEXEC))
+        os.write(spec_fds[0], harness[1])
+        os.lseek(spec_fds[0], 0, os.SEEK_SET)
     r_in, w_in = os.pipe()
     r_out, w_out = os.pipe()
     r_err, w_err = os.pipe()
     r_st, w_st = os.pipe()
     pid = os.fork()
+    child_fds = [r_in, w_out, w_err, w_st, src_fd, sec_fd, *spec_fds]
     if pid == 0:
-        _launcher(argv, view, sources, limits, uid, [r_in, w_out, w_err, w_st, src_fd, sec_fd, spec_fd],
-                  stage, hook)
-    for fd in (r_in, w_out, w_err, w_st, src_fd, sec_fd, spec_fd):
+        _launcher(argv, view, sources, limits, uid, child_fds, stage, hook)
+    for fd in child_fds:
         os.close(fd)
     return _supervise(pid, uid if root else None, limits, stdin.encode(), w_in, r_out, r_err, r_st, t0,
                       python, seccomp)

@@ -19,6 +19,7 @@ Any other architecture than the native one (x86-64 or aarch64; the x32 ABI too) 
 from __future__ import annotations
 
 import errno
+import functools
 import platform
 import struct
 
@@ -106,6 +107,7 @@ def _assemble(prog: list[tuple]) -> bytes:
     return out
 
 
+@functools.cache
 def filter_bytes(machine: str | None = None) -> bytes:
     """The filter as an array of `struct sock_filter` (what `bwrap --add-seccomp-fd` reads)."""
     return _assemble(_program(machine or platform.machine()))
