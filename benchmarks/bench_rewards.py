@@ -3,7 +3,10 @@ and programs per second of the allowlisted bubblewrap sandbox beside the previou
 denylist) sandbox, run alternately in this one process on the same programs.
 
 Run: python benchmarks/bench_rewards.py [--n 256] [--workers 2] [--sandbox-n 64] [--no-write]
+                                       [--baseline CHECKOUT [--rounds 3]]
 Rewrites the `rewards` section of docs/benchmarks.md (command, date, machine, numbers).
+--baseline: code rewards/s of another checkout (e.g. the main branch) and of this one, measured
+alternately in fresh processes on the same programs (`--rounds` each), so load falls on both alike.
 Code: N short programs (1/4 correct stdin/stdout, 1/4 wrong output, 1/4 runtime error, 1/4 correct
 with asserts), two stdin/stdout tests each (all-or-nothing, so failing programs stop after one run).
 Math: the answer table of tests/test_rewards_math.py style, cycled to N responses.
@@ -13,15 +16,18 @@ from __future__ import annotations
 
 import argparse
 import datetime
+import json
 import os
 import platform
 import re
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
 
 from tseeds_jax import rewards
-from tseeds_jax.rewards import _legacy, sandbox
+from tseeds_jax.rewards import sandbox, weak_isolation
 
 ROOT = Path(__file__).resolve().parents[1]
 ADD_IO = {"stdin_stdout": [["1 2\n", "3\n"], ["10 -4\n", "6\n"]]}
@@ -59,7 +65,7 @@ def _sandbox_rates(n: int) -> dict[str, float]:
     of 8 so that load from other jobs falls on both alike. This process is single-threaded."""
     progs = [(r, "1 2\n") for r, _ in PROGRAMS[:3]] + [(PROGRAMS[3][0] + "\n" + ADD_ASSERT["asserts"], "")]
     runners = {"bubblewrap (allowlisted root)": sandbox.run_program,
-               "previous (namespaces, denylist)": _legacy.run_program}
+               "previous (namespaces, denylist)": weak_isolation.run_program}
     spent = dict.fromkeys(runners, 0.0)
     for run in runners.values():  # warm-up: first fork and page-in
         run(*progs[0])
@@ -76,13 +82,52 @@ def _sandbox_rates(n: int) -> dict[str, float]:
     return {name: n / t for name, t in spent.items()}
 
 
+# Runs in a fresh interpreter on either checkout: the public API only, the same programs.
+_CODE_RATE = """
+import json, sys, time
+from tseeds_jax import rewards
+progs, n, w = json.loads(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+items = [progs[i % len(progs)] for i in range(n)]
+resp, refs = [p for p, _ in items], [r for _, r in items]
+rewards.score_batch("code", resp[: 2 * w], refs[: 2 * w], max_workers=w)  # warm
+t0 = time.perf_counter()
+res = rewards.score_batch("code", resp, refs, max_workers=w)
+dt = time.perf_counter() - t0
+print(json.dumps({"rate": n / dt, "mean": sum(r.score for r in res) / n}))
+"""
+
+
+def compare(baseline: str, n: int, workers: int, rounds: int) -> dict[str, list[float]]:
+    """Code rewards/s of `baseline` and of this checkout, alternately, `rounds` times each."""
+    rates: dict[str, list[float]] = {"baseline": [], "this": []}
+    for _ in range(rounds):
+        for name, path in (("baseline", baseline), ("this", str(ROOT))):
+            # cwd elsewhere: `python -m` workers put the working directory first on sys.path
+            cmd = [sys.executable, "-c", _CODE_RATE, json.dumps(PROGRAMS), str(n), str(workers)]
+            out = subprocess.run(cmd,
+                                 cwd="/", env=dict(os.environ, PYTHONPATH=path), capture_output=True,
+                                 text=True, timeout=1800, check=True)
+            got = json.loads(out.stdout.strip().splitlines()[-1])
+            rates[name].append(got["rate"])
+            print(f"code rewards/s {name} ({path}): {got['rate']:.1f} (mean score {got['mean']:.3f})")
+    return rates
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=256)
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--sandbox-n", type=int, default=64)
     ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--baseline", help="another checkout to compare code rewards/s with")
+    ap.add_argument("--rounds", type=int, default=3)
     args = ap.parse_args(argv)
+    if args.baseline:
+        rates = compare(args.baseline, args.n, args.workers, args.rounds)
+        med = {k: statistics.median(v) for k, v in rates.items()}
+        print(f"median code rewards/s: baseline {med['baseline']:.1f}, this {med['this']:.1f} "
+              f"({med['this'] / med['baseline']:.2f}x)")
+        return 0
     sb = _sandbox_rates(args.sandbox_n)
     for name, rate in sb.items():
         print(f"sandbox {name}: {rate:.1f} programs/s")

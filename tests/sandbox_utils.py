@@ -1,12 +1,17 @@
-"""Helpers for the sandbox tests: throw-away venvs holding nothing but the project's path, and
-reward workers restarted with another interpreter or environment."""
+"""Helpers for the sandbox tests: throw-away venvs holding nothing but the project's path, reward
+workers restarted with another interpreter or environment, and (as root) a throw-away user and the
+command prefix that runs a grader as that user."""
 
 from __future__ import annotations
 
 import contextlib
 import os
+import pwd
+import resource
 import subprocess
 import sys
+import tempfile
+import time
 from pathlib import Path
 
 import tseeds_jax
@@ -43,3 +48,61 @@ def workers(python: str | None = None, **env: str):
             else:
                 os.environ[k] = v
         _pool.restart_shared(None)
+
+
+def no_outer_limit() -> list[str]:
+    """prlimit raising the soft process limit to the hard one (unlimited where root may)."""
+    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
+    n = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
+    return ["prlimit", f"--nproc={n}:{n}"]
+
+
+@contextlib.contextmanager
+def system_user(tag: str, groups: tuple[str, ...] = ()):
+    """(root only) A throw-away user `{tag}u` with a home, in `groups`; yields its pwd entry and
+    removes it (and its home) afterwards."""
+    user = f"{tag}u"
+    extra = ["-G", ",".join(groups)] if groups else []
+    subprocess.run(["useradd", "-m", *extra, "-s", "/bin/sh", user], check=True)
+    pw = pwd.getpwnam(user)
+    try:
+        yield pw
+    finally:
+        deadline = time.monotonic() + 5.0  # userdel refuses while the user's workers are exiting
+        while _processes_of(pw.pw_uid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        subprocess.run(["userdel", "-f", "-r", user], check=False, capture_output=True)
+
+
+def _processes_of(uid: int) -> list[int]:
+    out = []
+    for p in Path("/proc").iterdir():
+        if p.name.isdigit():
+            try:
+                if int((p / "status").read_text().split("Uid:")[1].split()[0]) == uid:
+                    out.append(int(p.name))
+            except (OSError, IndexError):
+                pass
+    return out
+
+
+@contextlib.contextmanager
+def as_user(pw):
+    """(root only) A command prefix running as `pw`'s user with the soft process limit raised to
+    the hard one. /root is 0700: in a private mount namespace, /root holds only the interpreter's
+    .pyenv (so this interpreter runs, and nothing else of root's home is there)."""
+    stage = tempfile.mkdtemp(prefix="tseeds_sbx_stage_")
+    top = next((p for p in Path(sys.executable).resolve().parents if p.parent == Path("/root")), None)
+    shell = [
+        "unshare", "--mount", "--propagation", "private", "sh", "-ec",
+        (f"mount --bind {top} {stage} && mount -t tmpfs -o mode=755,size=1m tmpfs /root && "
+         f"mkdir /root/{top.name} && mount --move {stage} /root/{top.name} && exec \"$@\"")
+        if top else 'exec "$@"', "sh",
+        *no_outer_limit(), "setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}",
+        "--init-groups", "--inh-caps=-all", "--reset-env",
+        "env", f"HOME={pw.pw_dir}",
+    ]
+    try:
+        yield shell
+    finally:
+        os.rmdir(stage)

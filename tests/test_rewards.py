@@ -130,3 +130,48 @@ def test_extractors():
     assert extract.code_block("print(3)") == "print(3)"
     with pytest.raises(ValueError, match="extract must be one of"):
         extract.extract_answer("x", "nope")
+
+
+def _rewards_imports() -> dict[str, set[str]]:
+    """module -> the tseeds_jax.rewards modules it imports, at module level or inside a function
+    ("__init__" for the package itself)."""
+    import ast
+    from pathlib import Path
+
+    pkg = Path(rewards.__file__).parent
+    mods = {p.stem for p in pkg.glob("*.py")}
+    graph = {}
+    for p in pkg.glob("*.py"):
+        deps = set()
+        for n in ast.walk(ast.parse(p.read_text())):
+            if isinstance(n, ast.ImportFrom) and n.module == "tseeds_jax.rewards":
+                deps |= {a.name if a.name in mods else "__init__" for a in n.names}
+            elif isinstance(n, ast.ImportFrom) and (n.module or "").startswith("tseeds_jax.rewards."):
+                deps.add(n.module.split(".")[2])
+            elif isinstance(n, ast.ImportFrom) and n.module == "tseeds_jax":
+                deps |= {"__init__" for a in n.names if a.name == "rewards"}
+            elif isinstance(n, ast.Import):
+                deps |= {a.name.split(".")[2] if a.name.count(".") >= 2 else "__init__"
+                         for a in n.names if a.name.startswith("tseeds_jax.rewards")}
+        graph[p.stem] = deps
+    return graph
+
+
+def test_rewards_modules_import_no_cycle_and_not_the_package():
+    graph = _rewards_imports()
+    assert {"_pool", "registry", "sandbox", "health"} <= set(graph)
+    importers_of_package = sorted(m for m, deps in graph.items() if "__init__" in deps and m != "__init__")
+    assert importers_of_package == [], importers_of_package
+    state: dict[str, int] = {}
+
+    def visit(m, path):  # depth-first: meeting a module still on the path is a cycle
+        state[m] = 1
+        for d in sorted(graph.get(m, ())):
+            assert state.get(d) != 1, f"import cycle: {' -> '.join(path + [m, d])}"
+            if d not in state:
+                visit(d, path + [m])
+        state[m] = 2
+
+    for m in sorted(graph):
+        if m not in state:
+            visit(m, [])

@@ -29,6 +29,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.sandbox_utils import as_user, no_outer_limit
 from tseeds_jax.rewards.sandbox import UID_BASE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -151,13 +152,6 @@ def _check(out: dict, ctx: dict, *, as_user: bool) -> None:
     assert not out["tcp_accepted"] and out["written"] == [] and out["leftovers"] == [], out
 
 
-def _no_outer_limit() -> list[str]:
-    """prlimit raising the soft process limit to the hard one (unlimited where root may)."""
-    hard = resource.getrlimit(resource.RLIMIT_NPROC)[1]
-    n = "unlimited" if hard == resource.RLIM_INFINITY else str(hard)
-    return ["prlimit", f"--nproc={n}:{n}"]
-
-
 def _run_runner(ctx: dict, prefix: list[str] | None = None) -> dict:
     cmd = (prefix or []) + [sys.executable, "-m", "tests.test_sandbox_hostile", json.dumps(ctx)]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=240,
@@ -219,7 +213,7 @@ def world():
 @pytest.mark.skipif(os.geteuid() != 0, reason="the root trainer's run needs root")
 def test_hostile_programs_contained_as_root(world):
     # no outer process limit: the sandbox's own RLIMIT_NPROC must stop the fork bomb
-    out = _run_runner(world, _no_outer_limit())
+    out = _run_runner(world, no_outer_limit())
     assert out["uid"] == 0 and out["nproc_limit"][0] == out["nproc_limit"][1], out
     _check(out, world, as_user=False)
 
@@ -230,23 +224,8 @@ def test_hostile_programs_contained_as_non_root_user(world):
         _check(out, world, as_user=False)
         return
     pw = pwd.getpwnam(world["user"])
-    # /root is 0700: in a private mount namespace, /root holds only the interpreter's .pyenv
-    stage = tempfile.mkdtemp(prefix="tseeds_sbx_stage_")
-    pyenv = Path(sys.executable).resolve()
-    top = next((p for p in pyenv.parents if p.parent == Path("/root")), None)
-    shell = [
-        "unshare", "--mount", "--propagation", "private", "sh", "-ec",
-        (f"mount --bind {top} {stage} && mount -t tmpfs -o mode=755,size=1m tmpfs /root && "
-         f"mkdir /root/{top.name} && mount --move {stage} /root/{top.name} && exec \"$@\"")
-        if top else 'exec "$@"', "sh",
-        *_no_outer_limit(), "setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}",
-        "--init-groups", "--inh-caps=-all", "--reset-env",
-        "env", f"HOME={pw.pw_dir}",
-    ]
-    try:
-        out = _run_runner(world, shell)
-    finally:
-        os.rmdir(stage)
+    with as_user(pw) as prefix:
+        out = _run_runner(world, prefix)
     assert out["uid"] == pw.pw_uid and grp.getgrnam(world["group"]).gr_gid in out["groups"], out
     _check(out, world, as_user=True)
 

@@ -14,7 +14,7 @@ import pytest
 
 from tests.sandbox_utils import PROJECT_PATH, make_venv, workers
 from tseeds_jax import rewards
-from tseeds_jax.rewards import _mounts, doctor_cli, health
+from tseeds_jax.rewards import _mounts, doctor_cli, failure_log, health
 from tseeds_jax.rewards.health import SandboxUnavailableError, check_rewards
 
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
@@ -128,7 +128,7 @@ def test_checkout_under_hidden_home_with_its_venv_inside():
 
 @pytest.fixture
 def fresh_health(monkeypatch):
-    monkeypatch.setattr(health, "_first_cause", None)
+    monkeypatch.setattr(failure_log, "_first_cause", None)
 
 
 def test_mount_failure_names_step_and_errno_and_warns_once(fresh_health, caplog):

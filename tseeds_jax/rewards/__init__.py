@@ -3,7 +3,8 @@
 `score(name, response, reference) -> float in [0, 1]` for one response; `score_result` gives the
 RewardResult (score, reason, details); `score_batch(name, responses, references, *, max_workers)`
 grades in parallel and returns results in order; `summarize(results)` gives batch metrics (mean and
-a count per reason). Built-in rewards: "math", "reasoning_gym", "code" (sandboxed; docs/sandbox.md).
+a count per reason). Built-in rewards: "math", "reasoning_gym", "code" (sandboxed; assert tests
+split so that expected values never enter the sandbox and are compared outside; docs/sandbox.md).
 Add rewards with `@register(name)`; `get(name)` returns the spec. Heavy dependencies (math-verify,
 reasoning-gym) are imported only when a reward first runs. A sandbox that cannot run is never
 silent: `health` (one warning per process, `check_rewards` for trainers) and `tseeds doctor`.

@@ -34,10 +34,12 @@ import time
 
 from tseeds_jax.rewards import _linux as lx
 from tseeds_jax.rewards import _mounts
+from tseeds_jax.rewards import seccomp as seccomp_mod
 from tseeds_jax.rewards._common import (
     UID_BASE,
     RunResult,
     SandboxLimits,
+    harness_args,
     interpreter_paths,
     kill,
     reachable_by_others,
@@ -162,8 +164,11 @@ def _stage_dir() -> str:
 
 
 def _argv(bwrap: str, view: View, sources: list[str], limits: SandboxLimits, python: str,
-          uid: int, seccomp: bool, hook: str | None) -> list[str]:
-    a = [bwrap, "--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1", "--hostname", "sandbox",
+          uid: int, seccomp: bool, hook: str | None, harness: str | None) -> list[str]:
+    # --disable-userns (bwrap >= 0.8) needs an explicit --unshare-user; the seccomp filter refuses
+    # new namespaces too
+    a = [bwrap, "--unshare-all", "--unshare-user", "--disable-userns", "--die-with-parent", "--new-session",
+         "--as-pid-1", "--hostname", "sandbox",
          "--uid", str(uid), "--gid", str(uid if os.geteuid() == 0 else os.getgid())]
     system = {d for d in SYSTEM_DIRS} | {d for d in SYSTEM_LINKS}
     for src, dest in view.binds:
@@ -187,9 +192,10 @@ def _argv(bwrap: str, view: View, sources: list[str], limits: SandboxLimits, pyt
     a += ["--file", "4", WORKDIR + "/main.py"]
     if seccomp:
         a += ["--add-seccomp-fd", "5"]
-    a += ["--remount-ro", "/", "--remount-ro", "/dev", "--chdir", WORKDIR, "--",
-          python, "-I", "-B", "-c", PREAMBLE.format(n=int(limits.nproc))]
-    return a
+    a += ["--remount-ro", "/", "--remount-ro", "/dev", "--chdir", WORKDIR, "--", python, "-I", "-B"]
+    if harness is None:
+        return a + ["-c", PREAMBLE.format(n=int(limits.nproc))]
+    return a + harness_args(harness, limits.nproc)
 
 
 def _launcher(argv, view, sources, limits, uid, fds, stage, hook) -> None:
@@ -206,7 +212,8 @@ def _launcher(argv, view, sources, limits, uid, fds, stage, hook) -> None:
                     else:
                         open(staged, "w").close()
                     lx.mount(src, staged, None, lx.MS_BIND | lx.MS_REC)
-        # 0 stdin, 1 stdout, 2 stderr, 3 status, 4 source, 5 seccomp (via high numbers: no clobbering)
+        # 0 stdin, 1 stdout, 2 stderr, 3 status, 4 source, 5 seccomp, 6 harness spec (via high
+        # numbers: no clobbering)
         high = [os.dup2(fd, 1000 + i) for i, fd in enumerate(fds)]
         for i, fd in enumerate(high):
             os.dup2(fd, i)
@@ -275,9 +282,10 @@ def _setup_error(stderr: bytes, python: str) -> dict:
 
 
 def run(source: str, stdin: str, limits: SandboxLimits, *, extra_binds: tuple[str, ...] = (),
-        seccomp: bool = True) -> RunResult:
+        seccomp: bool = True, harness: tuple[str, bytes] | None = None) -> RunResult:
     """One program in the allowlisted sandbox; sandbox failures come back as status sandbox_error
-    with `error` naming the step, the OS error and the missing `layer`."""
+    with `error` naming the step, the OS error and the missing `layer`. harness: (mode, spec) runs
+    `sandbox_harness` in that mode with the spec on fd 6; its result frame is `RunResult.result`."""
     t0 = time.monotonic()
     root = os.geteuid() == 0
     uid = UID_BASE + os.getpid() if root else os.getuid()
@@ -300,23 +308,30 @@ def run(source: str, stdin: str, limits: SandboxLimits, *, extra_binds: tuple[st
             sources.append(os.path.join(stage, "bwrap"))
             bwrap = os.path.join(stage, "bwrap", os.path.relpath(bwrap, pkg))
     argv = _argv(bwrap, dataclasses.replace(view, binds=tuple(b for b in view.binds if b[1])),
-                 [s for s, b in zip(sources, view.binds) if b[1]], limits, python, uid, seccomp, hook)
+                 [s for s, b in zip(sources, view.binds) if b[1]], limits, python, uid, seccomp, hook,
+                 harness[0] if harness else None)
     src_fd = os.memfd_create("tseeds_program", os.MFD_CLOEXEC)
     os.write(src_fd, source.encode())
     os.lseek(src_fd, 0, os.SEEK_SET)
     sec_fd = os.memfd_create("tseeds_seccomp", os.MFD_CLOEXEC)
     seccomp = seccomp and lx.seccomp_supported()
     if seccomp:
-        os.write(sec_fd, lx.socket_filter_bytes())
+        os.write(sec_fd, seccomp_mod.filter_bytes())
         os.lseek(sec_fd, 0, os.SEEK_SET)
+    spec_fds = []  # fd 6 in the sandbox: the harness's spec (assert tests only)
+    if harness:
+        spec_fds.append(os.memfd_create("tseeds_spec", os.MFD_CLOEXEC))
+        os.write(spec_fds[0], harness[1])
+        os.lseek(spec_fds[0], 0, os.SEEK_SET)
     r_in, w_in = os.pipe()
     r_out, w_out = os.pipe()
     r_err, w_err = os.pipe()
     r_st, w_st = os.pipe()
     pid = os.fork()
+    child_fds = [r_in, w_out, w_err, w_st, src_fd, sec_fd, *spec_fds]
     if pid == 0:
-        _launcher(argv, view, sources, limits, uid, [r_in, w_out, w_err, w_st, src_fd, sec_fd], stage, hook)
-    for fd in (r_in, w_out, w_err, w_st, src_fd, sec_fd):
+        _launcher(argv, view, sources, limits, uid, child_fds, stage, hook)
+    for fd in child_fds:
         os.close(fd)
     return _supervise(pid, uid if root else None, limits, stdin.encode(), w_in, r_out, r_err, r_st, t0,
                       python, seccomp)
@@ -329,7 +344,7 @@ def _failed(error: dict, t0: float, python: str) -> RunResult:
 
 def _supervise(pid, sweep, limits, data, w_in, r_out, r_err, r_st, t0, python, seccomp) -> RunResult:
     os.set_blocking(w_in, False)
-    out, err = bytearray(), bytearray()
+    out, err, result = bytearray(), bytearray(), bytearray()
     open_fds = {r_out, r_err, r_st}
     pending = memoryview(data)
     if not data:
@@ -361,8 +376,9 @@ def _supervise(pid, sweep, limits, data, w_in, r_out, r_err, r_st, t0, python, s
             elif fd == r_err:
                 err += chunk
             else:
+                result += chunk[0 if started else 1:]
                 started = True
-        if len(out) > limits.output_bytes or len(err) > limits.stderr_bytes:
+        if max(len(out), len(result)) > limits.output_bytes or len(err) > limits.stderr_bytes:
             status = "output_limit"
             break
     if w_in is not None:
@@ -401,4 +417,4 @@ def _supervise(pid, sweep, limits, data, w_in, r_out, r_err, r_st, t0, python, s
         else:
             status = "exit_nonzero"
     return RunResult(status, code, out[: limits.output_bytes].decode(errors="replace"), tail,
-                     time.monotonic() - t0, cpu, isolation)
+                     time.monotonic() - t0, cpu, isolation, result=bytes(result))

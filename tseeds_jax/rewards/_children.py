@@ -16,6 +16,7 @@ from pathlib import Path
 
 from tseeds_jax.rewards import _linux as lx
 from tseeds_jax.rewards import _mounts
+from tseeds_jax.rewards._common import harness_args
 from tseeds_jax.rewards._mounts import SetupError, step
 
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -71,8 +72,19 @@ def _program_child(cfg: dict, fds: dict) -> None:
     os.dup2(fds["stdout"], 1)
     os.dup2(fds["stderr"], 2)
     status_fd = fds["status"]
-    os.closerange(3, status_fd)
-    os.closerange(status_fd + 1, 4096)
+    if cfg.get("harness"):
+        # the harness's result pipe on fd 3 and its spec on fd 6 (through high numbers: the status
+        # fd may be either); the status fd stays close-on-exec
+        os.dup2(fds["result"], 1000)
+        os.dup2(fds["spec"], 1001)
+        status_fd = fds["status"] = os.dup2(status_fd, 1002, inheritable=False)
+        os.dup2(1000, 3)
+        os.dup2(1001, 6)
+        for lo, hi in ((4, 6), (7, status_fd), (status_fd + 1, 4096)):
+            os.closerange(lo, hi)
+    else:
+        os.closerange(3, status_fd)
+        os.closerange(status_fd + 1, 4096)
     rl = [
         # soft == hard: the kernel then sends SIGKILL at the limit (SIGXCPU is ignored by a pid-1 program)
         (resource.RLIMIT_CPU, math.ceil(limits.cpu_s), math.ceil(limits.cpu_s)),
@@ -95,13 +107,15 @@ def _program_child(cfg: dict, fds: dict) -> None:
     # after setuid: a credential change clears it
     step("prctl parent-death signal", lx.set_parent_death_signal, signal.SIGKILL)
     if iso["seccomp"]:
-        step("install seccomp filter", lx.install_socket_filter)
+        step("install seccomp filter", lx.install_filter)
     step(f"chdir {cfg['workdir']}", os.chdir, cfg["workdir"])
     env = {"PATH": SAFE_PATH, "HOME": cfg["workdir"], "TMPDIR": cfg["workdir"], "LANG": "C.UTF-8"}
     python = cfg["python"]
     if os.environ.get(_mounts.FAIL_ENV) == "exec":
         python = "/nonexistent/tseeds-sandbox-test-hook/python3"
     try:
+        if cfg.get("harness"):  # RLIMIT_NPROC is ours to set (above), not the harness's
+            os.execve(python, [python, "-I", "-B", *harness_args(cfg["harness"], 0)], env)
         os.execve(python, [python, "-I", "-B", "main.py"], env)
     except OSError as e:
         hint = f" (needed directories that are themselves hidden: {cfg['refused']})" if cfg["refused"] else ""
@@ -113,10 +127,14 @@ def setup_child(cfg: dict, fds: dict) -> None:
     code = 1
     try:
         os.setsid()
+        lx.set_dumpable()  # the worker is not (see _worker); writing our uid_map needs it
         lx.set_parent_death_signal(signal.SIGKILL)  # a killed worker takes its sandbox with it
         lx.set_child_subreaper()  # without a pid namespace, orphans come back here to be reaped
         root = os.geteuid() == 0
         iso = _unshare(root)
+        # this process holds a copy of the worker's memory (the expected values): without a pid
+        # namespace the program, same uid, could read it through /proc
+        lx.set_dumpable(False)
         iso["seccomp"] = cfg["seccomp"] and lx.seccomp_supported()
         os.write(fds["status"], f"iso {json.dumps(iso)}\n".encode())
         uid = cfg["sandbox_uid"] if root else None

@@ -1,7 +1,7 @@
 """What both sandbox backends share: limits, results, the interpreter's paths, uid sweeps.
 
 `SandboxLimits` and `RunResult` are the public types (re-exported by `sandbox`); the rest is used by
-the bubblewrap backend (`_bwrap`) and the weaker namespace backend (`_legacy`).
+the bubblewrap backend (`_bwrap`) and the weaker namespace backend (`weak_isolation`).
 """
 
 from __future__ import annotations
@@ -57,7 +57,20 @@ class RunResult:
     cpu_s: float
     isolation: dict
     error: dict | None = None
+    result: bytes = b""  # what the harness (assert tests) sent on its result channel
 
+
+
+_HARNESS = (Path(__file__).with_name("sandbox_harness.py"), [])
+
+
+def harness_args(mode: str, nproc: int) -> list[str]:
+    """`-c SOURCE MODE` running `sandbox_harness` in `mode` ("call" or "check"); nproc 0: the
+    harness leaves RLIMIT_NPROC alone (the weak backend without a user namespace of its own)."""
+    path, cache = _HARNESS
+    if not cache:
+        cache.append(path.read_text())
+    return ["-c", cache[0].replace("_NPROC = 16", f"_NPROC = {int(nproc)}", 1), mode]
 
 
 def reachable_by_others(path: str) -> bool:
@@ -97,17 +110,24 @@ def warn_once(msg: str) -> None:
 def sweep_uid(uid: int) -> None:
     """Kill every process of `uid`: kill(-1) as that uid reaches exactly its own processes. The
     kernel sends it under the tasklist lock and a fork with a fatal signal pending fails, so one pass
-    leaves no survivor; a second pass costs nothing and covers a racing exec."""
+    leaves no survivor; a second pass costs nothing and covers a racing exec. OSError when the
+    sweeping child could not become `uid` (not root) or died."""
     pid = os.fork()
     if pid == 0:
+        code = 1
         try:
             os.setresgid(uid, uid, uid)
             os.setresuid(uid, uid, uid)
             for _ in range(2):
                 os.kill(-1, signal.SIGKILL)  # never ESRCH while other processes exist
+            code = 0
+        except BaseException:  # noqa: BLE001 - reported through the exit status
+            pass
         finally:
-            os._exit(0)
-    os.waitpid(pid, 0)
+            os._exit(code)
+    _, status = os.waitpid(pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise OSError(errno.EPERM, f"cannot become uid {uid} to sweep it (status {status})")
 
 
 

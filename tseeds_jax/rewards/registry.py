@@ -15,33 +15,16 @@ from __future__ import annotations
 
 import collections
 import concurrent.futures
-import dataclasses
 import inspect
-import math
 import os
 from collections.abc import Callable
 from typing import Any
 
-from tseeds_jax.rewards import health
+from tseeds_jax.rewards import _pool, failure_log
+from tseeds_jax.rewards.results import RewardResult, RewardSpec, call_inline, normalize
 
-
-@dataclasses.dataclass(frozen=True)
-class RewardResult:
-    """score in [0, 1]; reason: short machine-readable tag (see docs/sandbox.md); details: free-form."""
-
-    score: float
-    reason: str
-    details: dict = dataclasses.field(default_factory=dict)
-
-
-@dataclasses.dataclass(frozen=True)
-class RewardSpec:
-    name: str
-    fn: Callable[..., Any]
-    module: str  # imported by a worker process to (re-)register the reward
-    file: str | None  # loaded by path when `module` is not importable there (tests, scripts, __main__)
-    isolation: str
-    hard_timeout_s: Callable[[Any, dict], float]
+__all__ = ["RewardResult", "RewardSpec", "call_inline", "get", "names", "normalize", "register", "score",
+           "score_batch", "score_result", "summarize"]
 
 
 _REGISTRY: dict[str, RewardSpec] = {}
@@ -83,41 +66,18 @@ def names() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def normalize(value: Any) -> RewardResult:
-    """Turn a reward function's return value into a valid RewardResult (score clamped to [0, 1])."""
-    if isinstance(value, RewardResult):
-        res = value
-    elif isinstance(value, (int, float)) and not isinstance(value, bool):
-        res = RewardResult(float(value), "correct" if value > 0 else "wrong")
-    else:
-        return RewardResult(0.0, "error", {"error": f"reward returned {type(value).__name__}"})
-    s = float(res.score) if isinstance(res.score, (int, float)) else float("nan")
-    if not math.isfinite(s):
-        return RewardResult(0.0, "error", {**res.details, "error": f"non-finite score {res.score!r}"})
-    return dataclasses.replace(res, score=min(1.0, max(0.0, s)))
-
-
-def call_inline(spec: RewardSpec, response: Any, reference: Any, options: dict) -> RewardResult:
-    try:
-        return normalize(spec.fn(response, reference, **options))
-    except Exception as e:  # noqa: BLE001 - a reward never raises into the trainer
-        return RewardResult(0.0, "error", {"error": f"{type(e).__name__}: {e}"[:500]})
-
-
 def score_result(name: str, response: Any, reference: Any, **options) -> RewardResult:
     """Score one response; see the module docstring for the isolation modes."""
     spec = get(name)
     if spec.isolation == "inline":
         res = call_inline(spec, response, reference, options)
     else:
-        from tseeds_jax.rewards import _pool
-
         try:
             timeout = float(spec.hard_timeout_s(reference, options))
         except Exception:  # noqa: BLE001 - malformed reference: let the reward itself report it
             timeout = 60.0
         res = _pool.shared_pool().call(spec, response, reference, options, timeout)
-    health.note(res)  # the first sandbox_error of the process is logged with its cause
+    failure_log.note(res)  # the first sandbox_error of the process is logged with its cause
     return res
 
 
@@ -145,8 +105,6 @@ def score_batch(name: str, responses, references, *, max_workers: int | None = N
     workers = min(max_workers, len(responses))
     if workers == 1:
         return [score_result(name, r, ref, **options) for r, ref in zip(responses, references)]
-    from tseeds_jax.rewards import _pool
-
     _pool.shared_pool().ensure_capacity(workers)
     with concurrent.futures.ThreadPoolExecutor(workers, thread_name_prefix="reward") as ex:
         return list(

@@ -5,7 +5,7 @@ only /usr, the interpreter and its standard library (site-packages hidden), /pro
 and a small /tmp; new user, mount, pid, network, IPC, UTS and cgroup namespaces; rlimits. It fails
 closed: when a layer cannot be had, the result is `sandbox_error` with `error["layer"]` naming it.
 Only the explicit switch `allow_weak_isolation` (config `sandbox_allow_weak_isolation`, off by
-default) lets such a machine grade with the weaker namespace sandbox (`_legacy`: the host's
+default) lets such a machine grade with the weaker namespace sandbox (`weak_isolation`: the host's
 filesystem read-only with a denylist of hidden directories; as non-root without namespaces, rlimits
 and seccomp only), and every such result records `isolation["weak"] = True` and why.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 
-from tseeds_jax.rewards import _bwrap, _legacy
+from tseeds_jax.rewards import _bwrap, weak_isolation
 from tseeds_jax.rewards._common import PROJECT_ROOT, UID_BASE, RunResult, SandboxLimits, warn_once
 
 __all__ = ["BINDS_ENV", "PROJECT_ROOT", "UID_BASE", "RunResult", "SandboxLimits", "WEAK_ENV", "configure",
@@ -75,11 +75,13 @@ def run_program(
     extra_binds: tuple[str, ...] = (),
     allow_weak_isolation: bool | None = None,
     seccomp: bool = True,
+    harness: tuple[str, bytes] | None = None,
 ) -> RunResult:
     """Run Python `source` with `stdin`; never raises for program misbehaviour.
 
     extra_binds: host files or directories the program may read (bound read-only at the same path).
     allow_weak_isolation: None reads the switch from the environment (`configure`).
+    harness: (mode, spec) runs `source` under `sandbox_harness` (assert tests, see `grading`).
     """
     if not isinstance(source, str) or not isinstance(stdin, str):
         raise TypeError(f"source and stdin must be str, got {type(source).__name__}/{type(stdin).__name__}")
@@ -89,22 +91,22 @@ def run_program(
     limits = limits or SandboxLimits()
     weak = weak_isolation_allowed() if allow_weak_isolation is None else allow_weak_isolation
     if weak and _UNAVAILABLE:
-        return _weak(source, stdin, limits, _UNAVAILABLE[0], seccomp)
-    res = _bwrap.run(source, stdin, limits, extra_binds=tuple(extra_binds), seccomp=seccomp)
+        return _weak(source, stdin, limits, _UNAVAILABLE[0], seccomp, harness)
+    res = _bwrap.run(source, stdin, limits, extra_binds=tuple(extra_binds), seccomp=seccomp, harness=harness)
     if res.status != "sandbox_error" or res.error.get("layer") not in _EXCUSABLE:
         return res
     if not weak:
         res.stderr_tail = (refusal(res.error) + "\n" + res.stderr_tail)[:2000]
         return res
     _UNAVAILABLE.append(res.error)
-    return _weak(source, stdin, limits, res.error, seccomp)
+    return _weak(source, stdin, limits, res.error, seccomp, harness)
 
 
-def _weak(source, stdin, limits, why: dict, seccomp: bool) -> RunResult:
+def _weak(source, stdin, limits, why: dict, seccomp: bool, harness) -> RunResult:
     warn_once(f"code sandbox: weaker isolation allowed by the switch: {why.get('layer')} unavailable "
               f"({why.get('step')}: {why.get('error')}); programs see the host's filesystem "
               "(docs/sandbox.md)")
-    res = _legacy.run_program(source, stdin, limits, seccomp=seccomp)
+    res = weak_isolation.run_program(source, stdin, limits, seccomp=seccomp, harness=harness)
     res.isolation = dict(res.isolation, backend="namespaces", allowlisted_root=False, weak=True,
                          missing_layer=why.get("layer"), why=f"{why.get('step')}: {why.get('error')}")
     return res

@@ -1,5 +1,6 @@
-"""The previous (namespace, denylist) sandbox: only under the switch `sandbox_allow_weak_isolation`
-when bubblewrap cannot build the allowlisted root, and beside it in benchmarks/bench_rewards.py.
+"""The weak grading mode: the previous (namespace, denylist) sandbox, used only under the switch
+`sandbox_allow_weak_isolation` when bubblewrap cannot build the allowlisted root, and beside it in
+benchmarks/bench_rewards.py.
 
 `run_program` must be called from a single-threaded process (it forks): the reward worker processes
 of `_pool` are such processes; `tseeds_jax.rewards.code` sends work there. Process tree per run:
@@ -84,6 +85,7 @@ def run_program(
     *,
     extra_hidden: tuple[str, ...] = (),
     seccomp: bool = True,
+    harness: tuple[str, bytes] | None = None,
 ) -> RunResult:
     """Run Python `source` with `stdin` in the sandbox; never raises for program misbehaviour.
 
@@ -115,28 +117,34 @@ def run_program(
         "python": sys.executable,
         "fallback_python": fallback_python,
         "fallback_workdir": workdir,
+        "harness": harness[0] if harness else None,
     }
+    r_res, w_res = os.pipe()
+    spec_fd = os.memfd_create("tseeds_spec", os.MFD_CLOEXEC)
+    os.write(spec_fd, harness[1] if harness else b"")
+    os.lseek(spec_fd, 0, os.SEEK_SET)
     r_in, w_in = os.pipe()
     r_out, w_out = os.pipe()
     r_err, w_err = os.pipe()
     r_st, w_st = os.pipe2(os.O_CLOEXEC)
     setup_pid = os.fork()
     if setup_pid == 0:
-        for fd in (w_in, r_out, r_err, r_st):
+        for fd in (w_in, r_out, r_err, r_st, r_res):
             os.close(fd)
-        setup_child(cfg, {"stdin": r_in, "stdout": w_out, "stderr": w_err, "status": w_st})
-    for fd in (r_in, w_out, w_err, w_st):
+        setup_child(cfg, {"stdin": r_in, "stdout": w_out, "stderr": w_err, "status": w_st,
+                          "result": w_res, "spec": spec_fd})
+    for fd in (r_in, w_out, w_err, w_st, w_res, spec_fd):
         os.close(fd)
     try:
-        return _supervise(setup_pid, uid, limits, stdin.encode(), w_in, r_out, r_err, r_st, t0)
+        return _supervise(setup_pid, uid, limits, stdin.encode(), w_in, r_out, r_err, r_st, r_res, t0)
     finally:
         shutil.rmtree(fallback_dir, ignore_errors=True)
 
 
-def _supervise(setup_pid, uid, limits, data, w_in, r_out, r_err, r_st, t0) -> RunResult:
+def _supervise(setup_pid, uid, limits, data, w_in, r_out, r_err, r_st, r_res, t0) -> RunResult:
     os.set_blocking(w_in, False)
-    out, err, st = bytearray(), bytearray(), bytearray()
-    open_fds = {r_out, r_err, r_st}
+    out, err, st, res = bytearray(), bytearray(), bytearray(), bytearray()
+    open_fds = {r_out, r_err, r_st, r_res}
     if data:
         pending = memoryview(data)
     else:
@@ -172,6 +180,8 @@ def _supervise(setup_pid, uid, limits, data, w_in, r_out, r_err, r_st, t0) -> Ru
                 out += chunk
             elif fd == r_err:
                 err += chunk
+            elif fd == r_res:
+                res += chunk
             else:
                 st += chunk
                 lines = bytes(st[st_pos:]).decode(errors="replace").split("\n")
@@ -186,7 +196,7 @@ def _supervise(setup_pid, uid, limits, data, w_in, r_out, r_err, r_st, t0) -> Ru
                             sweep_uid(uid)  # background children die with the program
                     elif line.startswith("err "):
                         deadline = min(deadline, time.monotonic() + 1.0)
-        if len(out) > limits.output_bytes or len(err) > limits.stderr_bytes:
+        if len(out) > limits.output_bytes or len(err) > limits.stderr_bytes or len(res) > limits.output_bytes:
             status = "output_limit"
             break
     if w_in is not None:
@@ -207,7 +217,7 @@ def _supervise(setup_pid, uid, limits, data, w_in, r_out, r_err, r_st, t0) -> Ru
         _, setup_status = os.waitpid(setup_pid, 0)
     if uid is not None:
         sweep_uid(uid)
-    for fd in (r_out, r_err, r_st):
+    for fd in (r_out, r_err, r_st, r_res):
         os.close(fd)
     wall = time.monotonic() - t0
     lines = st.decode(errors="replace").splitlines()
@@ -255,6 +265,7 @@ def _supervise(setup_pid, uid, limits, data, w_in, r_out, r_err, r_st, t0) -> Ru
         cpu,
         isolation,
         error,
+        result=bytes(res[1:] if res.startswith(b"s") else res),  # b"s": the harness started
     )
 
 
