@@ -232,8 +232,9 @@ class TopKProposal(Plugin):
 class LossPlugins:
     """The active plug-ins of a run, called in order at fixed points of a training step."""
 
-    def __init__(self, plugins: list[Plugin], *, method: str, stale: StaleRollouts | None = None):
-        self.plugins, self.method, self.stale = plugins, method, stale
+    def __init__(self, plugins: list[Plugin], stats: RowStats, *, method: str,
+                 stale: StaleRollouts | None = None):
+        self.plugins, self.stats, self.method, self.stale = plugins, stats, method, stale
 
     @classmethod
     def build(cls, cfg, learner, stats: RowStats, *, offpolicy=None,
@@ -256,7 +257,7 @@ class LossPlugins:
         if learner.proposal_top_k:
             plugins.append(TopKProposal(stats, learner.proposal_top_k, cfg.seed,
                                         recompute=recompute))
-        return cls(plugins, method=cfg.method_label, stale=stale)
+        return cls(plugins, stats, method=cfg.method_label, stale=stale)
 
     def of(self, kind: type) -> Any:
         """The active plug-in of class `kind`, or None."""
@@ -280,8 +281,7 @@ class LossPlugins:
         """Attaches the learner's statistics under `params` to every sample. Runs with no
         samples too: with parameters spread over several hosts the passes are collective
         (`Trainer._row_pass`), and another host may have samples."""
-        stats = next(p.stats for p in self.plugins if isinstance(p, OldLogpAnnotation))
-        tokens, attn = stats.sequences(samples)
+        tokens, attn = self.stats.sequences(samples)
         for p in self.plugins:
             p.annotate(params, samples, tokens, attn)
 
