@@ -165,6 +165,10 @@ def test_graph_reader_finds_known_edges():
     g = import_graph()
     assert "tseeds_jax.rl.losses.base" in g["tseeds_jax.rl.losses.stare"]
     assert "tseeds_jax.kernels.api" in g["tseeds_jax.kernels"]
+    # `from tseeds_jax.rl import family` (learner.py): the submodule and the package it reads.
+    assert {"tseeds_jax.rl.family", "tseeds_jax.rl"} <= g["tseeds_jax.rl.learner"]
+    # a function-level import (data/sources.py loads reasoning_gym_tasks on first use)
+    assert "tseeds_jax.data.reasoning_gym_tasks" in g["tseeds_jax.data.sources"]
     files = _module_files()
     assert _definer(files, "tseeds_jax.rl.losses", "get") == "tseeds_jax.rl.losses.registry"
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
