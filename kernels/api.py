@@ -5,7 +5,9 @@ Shape letters: N flattened tokens, D model width, V vocabulary.
 
 from __future__ import annotations
 
-from . import sharded, target
+import tseeds_jax.kernels.sharded as sharded
+import tseeds_jax.kernels.target as target
+
 from ._common import validate
 from .chunked import logprob_entropy_chunked
 from .naive import logprob_entropy_naive

@@ -20,8 +20,10 @@ import functools
 
 import jax
 import jax.numpy as jnp
+import tseeds_jax.kernels.pallas_gpu as pallas_gpu
+import tseeds_jax.kernels.pallas_tpu as pallas_tpu
+import tseeds_jax.kernels.target as target
 
-from . import pallas_gpu, pallas_tpu, target
 from ._common import nan_if_out_of_range
 from ._pallas_common import BlockConfig
 from .tpu_blocks import choose_blocks, vmem_limit_bytes

@@ -13,8 +13,8 @@ Gradients move once: the unembedding enters split along D over the token axes (w
 D) and is all-gathered inside the shard_map. The transpose of that gather is a reduce-scatter,
 so each device ends with its 1/n slice of d unembed, summed over every token shard, in the
 unembedding's own dtype (the parameter dtype) -- instead of every chip all-reducing the whole
-[D, V] gradient in float32 and keeping it (read in the TPU compiler's HLO: 33.8 GB of collectives
-per 7B update, 7.3 GB at 1.5B; issue #24). When D does not divide, the unembedding is replicated
+[D, V] gradient in float32 and keeping it (measured in the TPU compiler's HLO: docs/scale.md,
+"Splash attention in the update"). When D does not divide, the unembedding is replicated
 into the shard_map and shard_map's transpose sums d unembed over the token axes (all-reduce).
 """
 
@@ -50,15 +50,20 @@ def holding(axes):
         _HELD.reset(token)
 
 
-def mesh_of(*arrays):
-    """The (abstract) mesh carried by the arrays' shardings, else the ambient one; None if none."""
+def mesh_of(*arrays, min_devices: int = 1):
+    """The abstract mesh of the first array whose aval carries a named mesh of at least
+    `min_devices` devices; None if none (the one definition, also used by model/ and rl/)."""
     for x in arrays:
         try:
             mesh = jax.typeof(x).sharding.mesh
-        except Exception:  # no sharding in the aval
+        except Exception:  # a Python scalar, or an aval without a sharding
             continue
-        if getattr(mesh, "axis_names", ()):
+        if getattr(mesh, "axis_names", ()) and mesh.size >= min_devices:
             return mesh
+    return None
+
+
+def _ambient_mesh():
     try:
         mesh = jax.sharding.get_abstract_mesh()
     except Exception:
@@ -98,6 +103,8 @@ def over_tokens(fn, hidden_ND, unembed_DV, targets_N):
     """fn(hidden_ND, unembed_DV, targets_N) -> (logp_N, entropy_N), run per token shard when the
     inputs live on a mesh of more than one device; called directly otherwise."""
     mesh = mesh_of(hidden_ND, unembed_DV, targets_N)
+    if mesh is None:
+        mesh = _ambient_mesh()
     if mesh is None or mesh.size <= 1:
         return fn(hidden_ND, unembed_DV, targets_N)
     axes = token_axes(mesh, hidden_ND.shape[0])

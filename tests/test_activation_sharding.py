@@ -14,10 +14,11 @@ import jax
 import jax.numpy as jnp
 import pytest
 from flax import nnx
+from tseeds_jax.kernels.sharded import mesh_of
 
 from tseeds_jax.model import ModelConfig, init_model
 from tseeds_jax.model import sharding as sh
-from tseeds_jax.model.activations import constrain, mesh_of, scope
+from tseeds_jax.model.activations import constrain, scope
 from tseeds_jax.sampling import core, placement, strategies
 
 CFG = ModelConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

@@ -155,7 +155,7 @@ def test_stats_rows_follow_the_trainers_micro_batches():
     sh4 = plan.estimate(_workload(micro_batch_size=2, mesh=(1, 4, 1), sampler_placement="sharded",
                                   **seeded))
     assert _term(sh4, "forward of the batch").note.startswith("1 sequences per device")
-    # The rl/plugins.py passes (old log-probs recompute, stale, SIS top-K) go through the same
+    # The rl/loss_plugins.py passes (old log-probs recompute, stale, SIS top-K) go through the same
     # chunked passes: micro_batch_size rows per forward, the whole batch only when it is 0.
     plug = plan.estimate(_workload(micro_batch_size=4, plugin_stats=True))
     assert _term(plug, "forward of the batch").note.startswith("4 sequences")
@@ -299,9 +299,9 @@ def test_one_chip_table_from_jax(family):
     agrees with it; the roofline has no table of its own any more."""
     from jax._src.pallas.mosaic.tpu_info import ChipVersion
     from jax.experimental.pallas import tpu as pltpu
+    from tseeds_jax.kernels.tpu_blocks import TPU_GENERATIONS
 
     from tseeds_jax import chips
-    from tseeds_jax.kernels.tpu_blocks import TPU_GENERATIONS
     from tseeds_jax.scale import topology
 
     cores = 2 if family in ("v4", "v5p") else 1

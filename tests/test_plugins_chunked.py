@@ -1,12 +1,10 @@
-"""The loss-family hooks' statistics passes (rl/plugins.py) run in the trainer's row chunks
+"""The loss-family hooks' statistics passes (rl/loss_plugins.py) run in the trainer's row chunks
 (`optim.micro_batch_size` rows per forward) and give the whole-batch values: old log-probs of the
 recompute pass (ctpo / sis), SIS top-K (sis, sis_seeds at refresh time), M2PO's generation-time
 log-probs of stale samples (m2po).
 
 Runs on the 8 emulated CPU devices of conftest.py.
 """
-
-import types
 
 import numpy as np
 import pytest
@@ -15,6 +13,7 @@ from tests.trainer_utils import parity_reward, tiny_cd
 from tseeds_jax.rl import hosts, rollout
 from tseeds_jax.rl.config import TrainConfig
 from tseeds_jax.rl.family_configs import apply_method
+from tseeds_jax.rl.loss_plugins import TopKProposal
 from tseeds_jax.rl.runner import make_trainer
 
 ATOL = 1e-5  # float32 log-probs of a tiny model
@@ -72,7 +71,7 @@ def test_prepare_batch_recompute_matches_whole_batch(tmp_path, monkeypatch, meth
         over.update({"mesh.data": 2, "mesh.fsdp": 2, "mesh.tensor": 2})
     tr = _trainer(tmp_path, method, **over)
     assert tr.learner.needs_old_logp  # mini-batched: pi_old is recomputed
-    r, k = tr.cfg.rollout.max_response_len, tr.learner.sis_top_k
+    r, k = tr.cfg.rollout.max_response_len, tr.learner.proposal_top_k
     samples = _samples(8, seed=1, r=r)
     batch = rollout.build_batch(samples, np.zeros(8), prompt_width=tr._prompt_width(),
                                 response_width=r, top_k=k)
@@ -112,18 +111,17 @@ def test_annotate_stale_samples_matches_whole_batch(tmp_path, monkeypatch):
 
 def test_seed_topk_at_refresh_matches_whole_batch(tmp_path, monkeypatch):
     tr = _trainer(tmp_path, "sis_seeds")
-    r, k = tr.cfg.rollout.max_response_len, tr.learner.sis_top_k
+    r, k = tr.cfg.rollout.max_response_len, tr.learner.proposal_top_k
     samples = _samples(6, seed=3, r=r)
     tokens, attn = rollout.sequences_for_stats([(s.prompt_ids, s.response_ids) for s in samples],
                                                tr._prompt_width(), r)
     lengths = np.array([min(len(s.response_ids), h) for s, h in zip(samples, [0, 3, 5, 1, 7, 2])])
-    tr.cache.batches[1] = types.SimpleNamespace(seed_lengths=lengths)
     params = _params(tr)
     want_ids, want_lp = tr.learner.topk(params, tokens, attn, r)
     rows = _spy_rows(tr, monkeypatch)
-    tr.plugins.after_seed_batch(1, params, tokens, attn)
+    tr.plugins.after_seed_batch(1, params, tokens, attn, lengths)
     assert rows == [2, 2, 2]
-    got = tr.plugins.seed_topk[1]
+    got = tr.plugins.of(TopKProposal).seed_topk[1]
     for i, h in enumerate(lengths.tolist()):
         assert got[i][0].shape == (h, k)
         np.testing.assert_array_equal(got[i][0], want_ids[i, :h])

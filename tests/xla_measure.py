@@ -173,7 +173,7 @@ def compiled_learner_memory(case: dict[str, Any]) -> dict[str, int]:
                          sampler_logp_BR=f32(b, r), old_logp_BR=f32(b, r), ref_logp_BR=f32(b, r),
                          advantages_B=f32(b))
     rng = jax.eval_shape(lambda: jax.random.PRNGKey(0))
-    m = learner._update.lower(state, batch, rng, learner.initial_stare_state()).compile() \
+    m = learner._update.lower(state, batch, rng, learner.initial_controller_state()).compile() \
         .memory_analysis()
     return _memory_dict(m)
 

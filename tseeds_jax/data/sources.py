@@ -24,7 +24,7 @@ def make_source(name: str, *, data_dir: str | os.PathLike | None = None, files=N
         return ReasoningGymSource(name[len(RG_PREFIX):], seed=seed, size=size, config=config)
     if data_dir is None:
         raise ValueError(f"make_source({name!r}): data_dir is required for file datasets")
-    from tseeds_jax.data import tfds_builder
+    import tseeds_jax.data.tfds_builder as tfds_builder
 
     if files is not None:
         tfds_builder.build_dataset(name, files, data_dir, skip_invalid=skip_invalid,

@@ -22,7 +22,9 @@ from typing import Any
 import tensorflow_datasets as tfds
 from etils import epath
 
-from tseeds_jax.data import formats, readers, registry
+import tseeds_jax.data.formats as formats
+import tseeds_jax.data.readers as readers
+import tseeds_jax.data.registry as registry
 from tseeds_jax.data.errors import DataFormatError
 
 log = logging.getLogger(__name__)

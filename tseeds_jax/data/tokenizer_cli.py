@@ -11,7 +11,7 @@ import argparse
 import json
 import sys
 
-from tseeds_jax.data import templates
+import tseeds_jax.data.templates as templates
 from tseeds_jax.data.tokenizer import load_tokenizer
 from tseeds_jax.data.tokenizer_train import SP_MODEL_TYPES, train_sentencepiece_from_files
 

@@ -19,7 +19,7 @@ import jax
 import numpy as np
 from flax import nnx
 
-from tseeds_jax.hf import safetensors_io as st
+import tseeds_jax.hf.safetensors_io as st
 from tseeds_jax.hf.errors import ConversionError, MissingFileError
 from tseeds_jax.hf.files import atomic_output_dir, copy_tokenizer_files
 from tseeds_jax.hf.mapping import (

@@ -20,8 +20,8 @@ from pathlib import Path
 import jax
 from flax import nnx
 
+import tseeds_jax.hf.safetensors_io as st
 from tseeds_jax import checkpoint
-from tseeds_jax.hf import safetensors_io as st
 from tseeds_jax.hf.convert import (
     CONFIG_FILE,
     DEFAULT_MAX_SHARD_SIZE,

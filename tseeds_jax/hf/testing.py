@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
-from tseeds_jax.hf import safetensors_io as st
+import tseeds_jax.hf.safetensors_io as st
 from tseeds_jax.hf.convert import CONFIG_FILE, hf_config_dict
 from tseeds_jax.hf.mapping import tensor_specs
 from tseeds_jax.model.config import ModelConfig

@@ -18,20 +18,8 @@ import contextlib
 
 import jax
 
-from tseeds_jax.kernels.sharded import held_axes
+from tseeds_jax.kernels.sharded import held_axes, mesh_of
 from tseeds_jax.model.rules import logical_to_pspec
-
-
-def mesh_of(*arrays):
-    """The abstract mesh of the first array whose aval carries one of more than one device."""
-    for x in arrays:
-        try:
-            mesh = jax.typeof(x).sharding.mesh
-        except Exception:  # a Python scalar, or an aval without a sharding
-            continue
-        if getattr(mesh, "axis_names", ()) and mesh.size > 1:
-            return mesh
-    return None
 
 
 def ambient_mesh():
@@ -44,7 +32,7 @@ def ambient_mesh():
 def scope(*arrays):
     """Makes the mesh of `arrays` the ambient abstract mesh while tracing the model (a no-op when
     one is already in scope or none is found)."""
-    mesh = None if ambient_mesh() is not None else mesh_of(*arrays)
+    mesh = None if ambient_mesh() is not None else mesh_of(*arrays, min_devices=2)
     if mesh is None:
         yield
         return

@@ -20,7 +20,7 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from tseeds_jax.model import activations
+import tseeds_jax.model.activations as activations
 from tseeds_jax.model.activations import constrain
 from tseeds_jax.model.config import ModelConfig
 from tseeds_jax.model.decode_attention import cache_dtype
@@ -140,8 +140,7 @@ class DecoderLayer(nnx.Module):
 def _pin_residual(x_BTD):
     """The residual stream split over the batch axes -- except in a decode step (T = 1), where
     XLA's own choice keeps it split along D and moves a few tokens' activations instead of
-    gathering every layer's weights (r1-distill on v6e-64: 13.9 GB accessed per step vs 20.3 GB
-    with the batch pinned)."""
+    gathering every layer's weights (measured: docs/scale.md)."""
     if x_BTD.shape[1] == 1:
         return x_BTD
     return constrain(x_BTD, "batch", "length", "activation_embed")

@@ -32,9 +32,9 @@ import sysconfig
 import tempfile
 import time
 
-from tseeds_jax.rewards import _linux as lx
-from tseeds_jax.rewards import _mounts
-from tseeds_jax.rewards import seccomp as seccomp_mod
+import tseeds_jax.rewards._linux as lx
+import tseeds_jax.rewards._mounts as _mounts
+import tseeds_jax.rewards.seccomp as seccomp_mod
 from tseeds_jax.rewards._common import (
     UID_BASE,
     RunResult,

@@ -14,8 +14,8 @@ import resource
 import signal
 from pathlib import Path
 
-from tseeds_jax.rewards import _linux as lx
-from tseeds_jax.rewards import _mounts
+import tseeds_jax.rewards._linux as lx
+import tseeds_jax.rewards._mounts as _mounts
 from tseeds_jax.rewards._common import harness_args
 from tseeds_jax.rewards._mounts import SetupError, step
 

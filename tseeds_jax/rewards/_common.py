@@ -14,7 +14,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from tseeds_jax.rewards import _mounts
+import tseeds_jax.rewards._mounts as _mounts
 
 UID_BASE = 1_500_000_000  # + worker pid (pid_max <= 2**22): a uid range no real account uses
 _PROJECT = Path(__file__).resolve().parents[2]

@@ -11,7 +11,7 @@ import ctypes
 import ctypes.util
 import os
 
-from tseeds_jax.rewards import seccomp
+import tseeds_jax.rewards.seccomp as seccomp
 
 CLONE_NEWNS = 0x00020000
 CLONE_NEWIPC = 0x08000000

@@ -20,7 +20,7 @@ import errno as errno_mod
 import os
 from pathlib import Path
 
-from tseeds_jax.rewards import _linux as lx
+import tseeds_jax.rewards._linux as lx
 
 # Test-only hook (tests/test_sandbox_setup.py): "mount" makes the /tmp mount fail in the kernel
 # (ENODEV: an unknown filesystem type); "exec" makes the program exec a missing interpreter.

@@ -23,7 +23,8 @@ import sys
 import threading
 import time
 
-from tseeds_jax.rewards import _bwrap, failure_log
+import tseeds_jax.rewards._bwrap as _bwrap
+import tseeds_jax.rewards.failure_log as failure_log
 from tseeds_jax.rewards._common import UID_BASE
 from tseeds_jax.rewards.results import RewardResult, RewardSpec, normalize
 

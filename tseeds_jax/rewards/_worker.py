@@ -16,7 +16,7 @@ from tseeds_jax.rewards.results import RewardResult
 
 def _load(name: str, module: str, file: str | None) -> None:
     """Make reward `name` available: import its module, else execute its source file."""
-    from tseeds_jax.rewards import registry
+    import tseeds_jax.rewards.registry as registry
 
     if module != "__main__":  # our own __main__ is this worker
         try:
@@ -32,7 +32,7 @@ def _load(name: str, module: str, file: str | None) -> None:
 
 
 def main() -> int:
-    from tseeds_jax.rewards import _linux
+    import tseeds_jax.rewards._linux as _linux
 
     # The expected values of the tests it grades live in this process: a program that runs as our
     # uid (the weak backend without namespaces) must not read them through /proc/PID/mem or ptrace.
@@ -41,13 +41,11 @@ def main() -> int:
     out_fd = os.dup(1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
-    from tseeds_jax.rewards import (  # noqa: F401 - the built-in rewards register themselves
-        _pool,
-        code_reward,
-        gym_reward,
-        math_reward,
-        registry,
-    )
+    import tseeds_jax.rewards._pool as _pool
+    import tseeds_jax.rewards.code_reward as code_reward  # noqa: F401 - registers itself
+    import tseeds_jax.rewards.gym_reward as gym_reward  # noqa: F401 - registers itself
+    import tseeds_jax.rewards.math_reward as math_reward  # noqa: F401 - registers itself
+    import tseeds_jax.rewards.registry as registry
 
     while True:
         try:

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import time
 
-from tseeds_jax.rewards import grading
+import tseeds_jax.rewards.grading as grading
 from tseeds_jax.rewards.assert_split import Unsplittable, split
 from tseeds_jax.rewards.extract import code_block
 from tseeds_jax.rewards.registry import RewardResult, register

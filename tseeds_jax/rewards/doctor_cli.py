@@ -76,7 +76,9 @@ def main(argv: list[str] | None = None) -> int:
         args = _parse(list(sys.argv[1:] if argv is None else argv))
     except SystemExit as e:
         return int(e.code or 0)
-    from tseeds_jax.rewards import _pool, code_reward, registry  # noqa: F401 - code_reward registers "code"
+    import tseeds_jax.rewards._pool as _pool  # noqa: F401 - code_reward registers "code"
+    import tseeds_jax.rewards.code_reward as code_reward  # noqa: F401 - code_reward registers "code"
+    import tseeds_jax.rewards.registry as registry  # noqa: F401 - code_reward registers "code"
 
     if args.python:
         _pool.restart_shared(args.python)
@@ -128,7 +130,7 @@ def _show_kernel_layers() -> list[str]:
     """Each call the filter must refuse, tried inside the sandbox; the ones that went through."""
     import errno
 
-    from tseeds_jax.rewards import sandbox
+    import tseeds_jax.rewards.sandbox as sandbox
 
     res = sandbox.run_program(KERNEL_PROBE, "")
     if res.status != "ok":
@@ -145,7 +147,8 @@ def _show_kernel_layers() -> list[str]:
 
 
 def _show_grading() -> list[str]:
-    from tseeds_jax.rewards import health, registry
+    import tseeds_jax.rewards.health as health
+    import tseeds_jax.rewards.registry as registry
 
     wrong = registry.score_result("code", GRADING_WRONG, GRADING_REFERENCE)
     honest = registry.score_result("code", GRADING_HONEST, GRADING_REFERENCE)
@@ -159,7 +162,8 @@ def _show_grading() -> list[str]:
 
 
 def _show_view() -> None:
-    from tseeds_jax.rewards import _bwrap, sandbox
+    import tseeds_jax.rewards._bwrap as _bwrap
+    import tseeds_jax.rewards.sandbox as sandbox
 
     print("what a program can see (this interpreter):")
     try:

@@ -17,7 +17,7 @@ import math
 import secrets
 from typing import Any
 
-from tseeds_jax.rewards import sandbox
+import tseeds_jax.rewards.sandbox as sandbox
 from tseeds_jax.rewards.assert_split import Check, SplitTest
 from tseeds_jax.rewards.sandbox_harness import decode
 

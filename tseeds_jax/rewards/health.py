@@ -10,12 +10,10 @@ cannot run programs at all here, and training on those zeros would only waste th
 
 from __future__ import annotations
 
-from tseeds_jax.rewards import (
-    code_reward,  # noqa: F401 - registers "code", which preflight grades
-    failure_log,
-    registry,
-    sandbox,
-)
+import tseeds_jax.rewards.code_reward as code_reward  # noqa: F401 - registers "code", which preflight grades
+import tseeds_jax.rewards.failure_log as failure_log
+import tseeds_jax.rewards.registry as registry
+import tseeds_jax.rewards.sandbox as sandbox
 from tseeds_jax.rewards.failure_log import cause, first_cause, log, note, sweep_failures
 
 __all__ = ["SandboxUnavailableError", "cause", "check_rewards", "first_cause", "log", "note", "preflight",

@@ -20,7 +20,8 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from tseeds_jax.rewards import _pool, failure_log
+import tseeds_jax.rewards._pool as _pool
+import tseeds_jax.rewards.failure_log as failure_log
 from tseeds_jax.rewards.results import RewardResult, RewardSpec, call_inline, normalize
 
 __all__ = ["RewardResult", "RewardSpec", "call_inline", "get", "names", "normalize", "register", "score",

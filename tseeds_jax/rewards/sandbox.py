@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import os
 
-from tseeds_jax.rewards import _bwrap, weak_isolation
+import tseeds_jax.rewards._bwrap as _bwrap
+import tseeds_jax.rewards.weak_isolation as weak_isolation
 from tseeds_jax.rewards._common import PROJECT_ROOT, UID_BASE, RunResult, SandboxLimits, warn_once
 
 __all__ = ["BINDS_ENV", "PROJECT_ROOT", "UID_BASE", "RunResult", "SandboxLimits", "WEAK_ENV", "configure",
@@ -55,7 +56,7 @@ def configure(*, allow_weak_isolation: bool = False, extra_binds: tuple[str, ...
             os.environ[key] = value
         else:
             os.environ.pop(key, None)
-    from tseeds_jax.rewards import _pool
+    import tseeds_jax.rewards._pool as _pool
 
     _pool.restart_shared(_pool.shared_python())
 

@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 
-from tseeds_jax.rewards import _mounts
+import tseeds_jax.rewards._mounts as _mounts
 from tseeds_jax.rewards._children import SAFE_PATH, setup_child
 from tseeds_jax.rewards._common import (
     PROJECT_ROOT,

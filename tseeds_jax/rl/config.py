@@ -251,10 +251,6 @@ class TrainConfig:
             if not ok:
                 bad("offpolicy.source", op.source, "expected 'jsonl:PATH', 'task' or "
                     "'model:hf:DIR' / 'model:orbax:DIR' / 'model:run:DIR'")
-            if lo.name != "luffy":
-                bad("offpolicy.source", op.source,
-                    f"off-policy traces have no behavior log-probs; they need loss.name='luffy' "
-                    f"(got {lo.name!r})")
             if self.rollout.group_size < 2:
                 bad("rollout.group_size", self.rollout.group_size,
                     "LUFFY groups need >= 2 samples (1 off-policy + G-1 on-policy)")
@@ -270,8 +266,7 @@ class TrainConfig:
             if self.optim.old_logp == "shortcut":
                 bad("optim.old_logp", self.optim.old_logp,
                     "stale rollouts need the generation-time log-probs ('auto' or 'recompute')")
-        if lo.name == "sis" and lo.params.get("scope") == "seed" and self.seeds.refresh_interval < 2:
-            bad("loss.params.scope", "seed", "SIS on seed tokens needs seeds.refresh_interval > 1")
+        family.check_run(lo, refresh_interval=self.seeds.refresh_interval, offpolicy_source=op.source)
 
     def _validate_hardware(self) -> None:
         def bad(field, value, why):

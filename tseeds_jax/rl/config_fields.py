@@ -20,9 +20,7 @@ from typing import Any
 import ml_collections
 from ml_collections import config_dict
 
-
-class ConfigValueError(ValueError):
-    """An invalid config value; the message names the dotted field and the value."""
+from tseeds_jax.rl.errors import ConfigValueError
 
 
 def bad(field: str, value: Any, why: str):

@@ -14,9 +14,10 @@ How a config selects and tunes a loss (docs: configs/tiny_<method>.py):
   loss.agg_mode, entropy_coef, kl_coef, kl_type
                  applied to every loss that has `agg_mode` / `reg` (for sis: to its base loss).
 
-Learner options carried in `loss.params` (not hparams fields):
-  sis:   base  ("dapo" | "grpo" | "gspo" | "gspo_token", default "dapo"): the loss whose ratio SIS
-                modifies; it gets the shared overrides above.
+Learner options carried in `loss.params` (not hparams fields) are declared by each loss's registry
+entry (`losses.get(name).needs.options`, rl/losses/needs.py), e.g.
+  sis:   base  (one of the entry's `base_losses`, default its first, "dapo"): the loss whose ratio
+                SIS modifies; it gets the shared overrides above.
          top_k (int, default 10): K of the proposal's top-K at each position.
   stare: adaptive (bool, default False): carry the adaptive W/M controller across steps
          (checkpointed); otherwise W/M stay at `pos_weight` / `neg_weight`.
@@ -29,22 +30,29 @@ import warnings
 from typing import Any
 
 from tseeds_jax.rl import losses
-from tseeds_jax.rl.config import ConfigValueError
-
-SIS_BASES = ("dapo", "grpo", "gspo", "gspo_token")
-LEARNER_OPTIONS = {"sis": {"base": "dapo", "top_k": 10}, "stare": {"adaptive": False}}
+from tseeds_jax.rl.errors import ConfigValueError
+from tseeds_jax.rl.losses.needs import NONE, RunFacts
 
 
 @dataclasses.dataclass(frozen=True)
 class LossOptions:
-    """Learner-side options of the configured loss (see the module docstring)."""
+    """Learner-side options of the configured loss: the entry's defaults, then `loss.params`."""
 
-    sis_top_k: int = 0  # 0: not SIS
-    stare_adaptive: bool = False
+    values: tuple[tuple[str, Any], ...] = ()
+    proposal_top_k: int = 0  # K of the loss's top-K proposal; 0: the loss has none
+    controller_on: bool = False  # the loss's cross-step controller is switched on
 
 
 def _field_names(cls) -> list[str]:
     return [f.name for f in dataclasses.fields(cls)]
+
+
+def _spec(name, field: str):
+    try:
+        return losses.get(name)
+    except (ValueError, TypeError):
+        raise ConfigValueError(f"{field}.name={name!r}: unknown loss; registered: "
+                               f"{list(losses.names())}") from None
 
 
 def build_hparams(name: str, *, clip_low=None, clip_high=None, clip_c=None, agg_mode="token-mean",
@@ -54,32 +62,29 @@ def build_hparams(name: str, *, clip_low=None, clip_high=None, clip_c=None, agg_
 
     Raises ConfigValueError naming `<field>.name` / `<field>.params.<key>` for bad input.
     """
-    try:
-        spec = losses.get(name)
-    except (ValueError, TypeError):
-        raise ConfigValueError(f"{field}.name={name!r}: unknown loss; registered: "
-                               f"{list(losses.names())}") from None
+    spec = _spec(name, field)
+    needs = spec.needs
     params = dict(params or {})
-    options = LEARNER_OPTIONS.get(spec.name, {})
+    options = needs.option_defaults()
     shared = dict(clip_low=clip_low, clip_high=clip_high, clip_c=clip_c, agg_mode=agg_mode,
                   entropy_coef=entropy_coef, kl_coef=kl_coef, kl_type=kl_type)
     fields = _field_names(spec.hparams_cls)
     changes: dict[str, Any] = {}
-    if spec.name == "sis":
-        base = params.get("base", "dapo")
-        if base not in SIS_BASES:
-            raise ConfigValueError(f"{field}.params.base={base!r}: SIS plugs into one of {SIS_BASES}")
+    if needs.base_losses:
+        base = params.get("base", options["base"])
+        if base not in needs.base_losses:
+            raise ConfigValueError(f"{field}.params.base={base!r}: {spec.name.upper()} plugs into "
+                                   f"one of {needs.base_losses}")
         _, changes["base"] = build_hparams(base, **shared, field=field)
     else:
         for key in ("clip_low", "clip_high"):
             if shared[key] is not None and key in fields:
                 changes[key] = shared[key]
                 default = getattr(spec.default_hparams, key)
-                if spec.name in ("gspo", "gspo_token") and shared[key] > 10 * default:
-                    # A DAPO-sized range on a sequence ratio is almost certainly a config mix-up.
+                if needs.clip_note and shared[key] > 10 * default:
                     warnings.warn(f"{field}.{key}={shared[key]!r} overrides {spec.name}'s own "
-                                  f"{default!r} (GSPO clips the sequence ratio; paper 3e-4/4e-4);"
-                                  f" leave it None to keep the loss's default", stacklevel=2)
+                                  f"{default!r} ({needs.clip_note}); leave it None to keep the "
+                                  f"loss's default", stacklevel=2)
         if "clip_c" in fields and clip_c is not None:
             changes["clip_c"] = clip_c
         if "agg_mode" in fields:
@@ -107,19 +112,18 @@ def build_hparams(name: str, *, clip_low=None, clip_high=None, clip_c=None, agg_
 
 
 def loss_options(name: str, params: dict | None, *, field: str = "config.loss") -> LossOptions:
-    """Learner options of loss `name` from `loss.params` (validated)."""
+    """Learner options of loss `name` from `loss.params` (validated against its entry)."""
+    needs = _spec(name, field).needs
     params = dict(params or {})
-    if name == "sis":
-        k = params.get("top_k", LEARNER_OPTIONS["sis"]["top_k"])
-        if not isinstance(k, int) or isinstance(k, bool) or k < 1:
-            raise ConfigValueError(f"{field}.params.top_k={k!r}: must be an integer >= 1")
-        return LossOptions(sis_top_k=k)
-    if name == "stare":
-        adaptive = params.get("adaptive", False)
-        if not isinstance(adaptive, bool):
-            raise ConfigValueError(f"{field}.params.adaptive={adaptive!r}: must be true or false")
-        return LossOptions(stare_adaptive=adaptive)
-    return LossOptions()
+    values = needs.option_defaults()
+    for opt in needs.options:
+        value = params.get(opt.name, opt.default)
+        if not opt.valid(value):
+            raise ConfigValueError(f"{field}.params.{opt.name}={value!r}: {opt.rule}")
+        values[opt.name] = value
+    k = int(values[needs.topk_proposal.k_option]) if needs.topk_proposal else 0
+    on = bool(needs.controller and values[needs.controller.enabled_by])
+    return LossOptions(values=tuple(sorted(values.items())), proposal_top_k=k, controller_on=on)
 
 
 def from_loss_config(lcfg):
@@ -131,6 +135,23 @@ def from_loss_config(lcfg):
     return spec, hp, loss_options(spec.name, getattr(lcfg, "params", None))
 
 
+def check_run(lcfg, *, refresh_interval: int, offpolicy_source: str) -> None:
+    """Checks of the loss that read the rest of the run: off-policy traces need a loss that
+    takes them; the entry's own checks (SIS scope "seed" needs a refresh cycle). Raises
+    ConfigValueError naming the field."""
+    spec = _spec(lcfg.name, "config.loss")
+    if offpolicy_source and not spec.needs.offpolicy_traces:
+        takers = " or ".join(f"loss.name={n!r}" for n in losses.names()
+                             if losses.get(n).needs.offpolicy_traces)
+        raise ConfigValueError(f"config.offpolicy.source={offpolicy_source!r}: off-policy traces "
+                               f"have no behavior log-probs; they need {takers} "
+                               f"(got {spec.name!r})")
+    if spec.needs.checks is not None:
+        facts = RunFacts(refresh_interval=refresh_interval, offpolicy_source=offpolicy_source)
+        for where, value, why in spec.needs.checks(dict(lcfg.params or {}), facts):
+            raise ConfigValueError(f"config.{where}={value!r}: {why}")
+
+
 def diagnostic_clip(hparams) -> tuple[float, float]:
     """(clip_low, clip_high) for the learner's token-level clip diagnostics (DAPO's if none)."""
     hp = getattr(hparams, "base", hparams)
@@ -139,12 +160,14 @@ def diagnostic_clip(hparams) -> tuple[float, float]:
 
 def derived_method(cfg) -> str:
     """Run label when `config.method` is empty: loss name, '+seeds', '+luffy', '+stale<s>'."""
+    # An unknown name gets a plain label here; validation reports it.
+    needs = losses.get(cfg.loss.name).needs if cfg.loss.name in losses.names() else NONE
     parts = [cfg.loss.name]
-    if cfg.loss.name == "sis":
-        parts[0] = f"sis[{(cfg.loss.params or {}).get('base', 'dapo')}]"
+    if needs.base_losses:
+        parts[0] = f"{cfg.loss.name}[{(cfg.loss.params or {}).get('base', needs.base_losses[0])}]"
     if cfg.seeds.refresh_interval > 1:
         parts.insert(0, "thinking_seeds")
-    if cfg.offpolicy.source and cfg.loss.name != "luffy":
+    if cfg.offpolicy.source and not needs.offpolicy_traces:
         parts.append("offpolicy")
     if cfg.stale.steps:
         parts.append(f"stale{cfg.stale.steps}")

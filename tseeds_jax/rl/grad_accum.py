@@ -7,8 +7,8 @@ per shard.
 "micro_batch" (the default): `jax.grad` of each micro-batch's loss, accumulated in a buffer laid
 out like the parameters. Under fsdp every weight gradient is then reduced across the batch axes
 inside every micro-step. The TPU compiler does that as a full-size bfloat16 all-reduce followed
-by a slice of the device's shard, on v6e-64 whatever the program asks for (docs/scale.md, issue
-#24): R1-Distill-1.5B moves 20.7 GB of gradient per device per update at 4 micro-steps.
+by a slice of the device's shard, whatever the program asks for (measurements: docs/scale.md,
+"Gradients that move once").
 
 "update": each device keeps the gradient of its own rows unreduced (a `jax.vmap` over S shards of
 the micro-batch with `spmd_axis_name` = the batch axes, so shard s lives on the devices of batch
@@ -32,7 +32,6 @@ from flax import nnx
 from jax.sharding import PartitionSpec as P
 
 from tseeds_jax.kernels import sharded
-from tseeds_jax.model.activations import mesh_of
 from tseeds_jax.model.sharding import variable_pspec
 
 
@@ -55,7 +54,7 @@ class ShardedAccumulator:
     """Per-shard gradients of one mini-batch's micro-steps, reduced once (`reduce`)."""
 
     def __init__(self, params, micro_rows: int, reduce_dtype):
-        self.mesh = mesh_of(*jax.tree_util.tree_leaves(params))
+        self.mesh = sharded.mesh_of(*jax.tree_util.tree_leaves(params), min_devices=2)
         self.axes = sharded.batch_axes(self.mesh, micro_rows) if self.mesh is not None else ()
         self.n = math.prod(self.mesh.shape[a] for a in self.axes) if self.axes else 1
         self.reduce_dtype = jnp.dtype(reduce_dtype)

@@ -9,20 +9,22 @@ P + r and is predicted by the hidden state at column P + r - 1. Per-token arrays
 [B, R]. The LM head is fused into `tseeds_jax.kernels.logprob_entropy`, so no [tokens, vocab]
 logits exist anywhere in training.
 
-Loss-family plumbing (rl/family.py for the config side):
-  * whole-mini-batch selections: M2PO's keep mask and STARE's top-P reweighting are properties of
-    the mini-batch (one optimizer step). With one micro-batch the loss computes them itself; with
-    U > 1 micro-batches a no-grad pass over the mini-batch's micro-batches (at the parameters of
-    that update) computes them once and feeds every micro-batch its rows (exact micro-batching).
-  * STARE's gate reads the token-mean entropy of the whole batch from the pre-update pass: with a
-    single update and micro-batch, the loss's own forward *is* that pass; otherwise a no-grad pass
-    over the batch at the step's initial parameters computes it. Reported as `stare_entropy_mean`.
-  * SIS: the proposal's top-K at each position comes from the batch (`topk_*`, where
-    `topk_valid_BR`: seed tokens' pi_b top-K from the refresh, or pi_old's from the recompute /
-    stale generation pass) or, with the on-policy shortcut, from the current parameters (= pi_old
-    there); the current policy's log-probs at those ids come from `kernels.topk` (no [N, V]
-    logits). Uniforms: `fold_in(rng, update index)`, drawn per mini-batch row, so they do not
-    depend on the micro-batch size.
+Loss-family plumbing: the learner serves what the loss's registry entry declares
+(rl/losses/needs.py; rl/family.py for the config side), never a loss name:
+  * selection (M2PO's keep mask, STARE's top-P weights): a property of the mini-batch (one
+    optimizer step). With one micro-batch the loss computes it itself; with U > 1 micro-batches a
+    no-grad pass over the mini-batch's micro-batches (at the parameters of that update) computes
+    it once and feeds every micro-batch its rows (exact micro-batching).
+  * entropy pre-pass (STARE's gate): the token-mean entropy of the whole batch before the update.
+    With a single update and micro-batch, the loss's own forward *is* that pass; otherwise a
+    no-grad pass over the batch at the step's initial parameters computes it.
+  * controller (adaptive STARE): its state comes in as an argument of the update.
+  * top-K proposal (SIS): the proposal's top-K at each position comes from the batch (`topk_*`,
+    where `topk_valid_BR`: seed tokens' pi_b top-K from the refresh, or pi_old's from the
+    recompute / stale generation pass) or, with the on-policy shortcut, from the current
+    parameters (= pi_old there); the current policy's log-probs at those ids come from
+    `kernels.topk` (no [N, V] logits). Uniforms: `fold_in(rng, update index)`, drawn per
+    mini-batch row, so they do not depend on the micro-batch size.
 """
 
 from __future__ import annotations
@@ -185,14 +187,16 @@ class Learner:
         self.variant = losses.SeedLossVariant.parse(variant)
         self.spec, self.hparams, self.options = family.from_loss_config(lcfg)
         self.loss_name = self.spec.name
+        self.needs = self.spec.needs
         self.diag_clip = family.diagnostic_clip(self.hparams)
         self.loss_scale = float(getattr(lcfg, "loss_scale", 0.0) or 0.0) or None
         model_cfg = nnx.merge(graphdef, params).cfg
         vocab = model_cfg.vocab_size
         # Weight gradients leave the backward in the compute dtype ("update" reduces in it).
         self.compute_dtype = model_cfg.dtype
-        if self.options.sis_top_k > vocab:
-            raise ValueError(f"config.loss.params.top_k={self.options.sis_top_k}: SIS top-K "
+        if self.options.proposal_top_k > vocab:
+            raise ValueError(f"config.loss.params.{self.needs.topk_proposal.k_option}="
+                             f"{self.options.proposal_top_k}: {self.loss_name.upper()} top-K "
                              f"exceeds the model's vocabulary ({vocab})")
         self.tx = make_optimizer(ocfg, params)
         self.kernel_impl = kernel_impl
@@ -214,17 +218,19 @@ class Learner:
         return self.old_logp_mode == "recompute"
 
     @property
-    def sis_top_k(self) -> int:
-        return self.options.sis_top_k
+    def proposal_top_k(self) -> int:
+        """K of the loss's top-K proposal (SIS); 0 when the loss has none."""
+        return self.options.proposal_top_k
 
     def init_state(self, params) -> TrainState:
         return TrainState(params=params, opt_state=self.tx.init(params),
                           step=jnp.zeros((), jnp.int32))
 
-    def initial_stare_state(self):
-        """Adaptive STARE controller state (None unless loss 'stare' with params.adaptive)."""
-        if self.loss_name == "stare" and self.options.stare_adaptive:
-            return losses.stare_initial_state(self.hparams)
+    def initial_controller_state(self):
+        """The loss's cross-step controller state (adaptive STARE), or None when it has none or
+        it is switched off."""
+        if self.options.controller_on:
+            return self.needs.controller.initial(self.hparams)
         return None
 
     # ---- no-grad statistics (refresh, recompute, reference) ----
@@ -248,7 +254,7 @@ class Learner:
 
     def topk(self, params, tokens_BT, attn_mask_BT, response_width: int, k: int | None = None):
         """(ids_BRK int32, logp_BRK float32) numpy: the policy's top-K at every response position."""
-        k = k or self.sis_top_k
+        k = k or self.proposal_top_k
         ids, lp = self._topk(params, jnp.asarray(tokens_BT), jnp.asarray(attn_mask_BT),
                              int(response_width), int(k))
         return np.asarray(ids), np.asarray(lp)
@@ -263,7 +269,7 @@ class Learner:
 
     def _sis_inputs(self, h_BRD, w_DV, mb: LearnerBatch):
         """SIS LossInputs fields: proposal top-K log-probs, current log-probs there, membership."""
-        k = self.sis_top_k
+        k = self.proposal_top_k
         b, r, d = h_BRD.shape
         sg = jax.lax.stop_gradient
         ids_b = mb.topk_ids_BRK.reshape(-1, k)
@@ -294,19 +300,18 @@ class Learner:
         resp, seed = mb.resp_mask_BR, mb.seed_mask_BR * mb.resp_mask_BR
         old = self._old_logp(logp, mb)
         loss_mask = losses.seed_loss_mask(resp, seed, self.variant)
-        opt = {}
-        if self.loss_name == "sis":
+        needs, opt = self.needs, {}
+        if needs.topk_proposal:
             opt.update(self._sis_inputs(h_BRD, w_DV, mb), uniforms_BT=extra["uniforms"])
-        if self.loss_name == "m2po" and "selection" in extra:
-            opt["m2po_keep_BT"] = extra["selection"]
-        if self.loss_name == "stare":
-            if "selection" in extra:
-                opt["stare_weight_BT"] = extra["selection"]
+        if needs.selection and "selection" in extra:
+            opt[needs.selection.field] = extra["selection"]
+        if needs.entropy_prepass:
             if "entropy_mean" in extra:
                 opt["entropy_mean"] = extra["entropy_mean"]
             else:  # single update, single micro-batch: this forward is the pre-update pass
                 opt["entropy_mean"] = _token_mean(jax.lax.stop_gradient(ent), resp)
-            opt["stare_state"] = extra.get("stare_state")
+        if needs.controller:
+            opt[needs.controller.field] = extra.get("controller_state")
         inputs = losses.LossInputs.create(
             logp, old, mb.advantages_B, loss_mask, seed_mask_BT=seed,
             entropy_BT=ent, ref_logp_BT=mb.ref_logp_BR if self.lcfg.kl_coef else None,
@@ -324,8 +329,8 @@ class Learner:
 
         return jax.lax.map(one, mbs_XB)
 
-    def _minibatch_selection(self, params, mb_UB, entropy_mean, stare_state):
-        """M2PO keep mask / STARE weights [U, b, R] over the whole mini-batch (no gradient)."""
+    def _minibatch_selection(self, params, mb_UB, entropy_mean, controller_state):
+        """The loss's selection [U, b, R] over the whole mini-batch (no gradient)."""
         logp_UBR, _ = self._nograd_logp_ent(params, mb_UB)
         flat = lambda x: x.reshape((-1,) + x.shape[2:])
         mb = jax.tree_util.tree_map(flat, mb_UB)
@@ -333,16 +338,11 @@ class Learner:
         resp, seed = mb.resp_mask_BR, mb.seed_mask_BR * mb.resp_mask_BR
         mask = losses.seed_loss_mask(resp, seed, self.variant)
         adv = jnp.broadcast_to(mb.advantages_B[:, None], logp.shape)
-        if self.loss_name == "m2po":
-            sel, _ = losses.m2po_keep_mask(logp, self._old_logp(logp, mb), adv, mask,
-                                           self.hparams.tau)
-            sel = sel.astype(jnp.float32)
-        else:
-            sel = losses.stare_token_weights(logp, adv, mask, self.hparams,
-                                             entropy_mean=entropy_mean, state=stare_state)
+        sel = self.needs.selection.fn(logp, self._old_logp(logp, mb), adv, mask, self.hparams,
+                                      entropy_mean=entropy_mean, state=controller_state)
         return sel.reshape(logp_UBR.shape)
 
-    def _update_impl(self, state: TrainState, batch: LearnerBatch, rng, stare_state):
+    def _update_impl(self, state: TrainState, batch: LearnerBatch, rng, controller_state):
         """All optimizer updates of one batch: epochs x mini-batches, micro-batches accumulated."""
         o = self.ocfg
         n = batch.tokens_BT.shape[0]
@@ -353,20 +353,20 @@ class Learner:
         batches = jax.tree_util.tree_map(split, batch)
         grad_fn = jax.grad(self._micro_loss, has_aux=True)
         r = batch.response_width
-        name = self.loss_name
+        needs = self.needs
         entropy_mean = None
         accum = (grad_accum.ShardedAccumulator(state.params, micro, self.compute_dtype)
                  if o.grad_reduce == "update" else None)
         per_update = accum is not None and accum.active
-        if name == "stare" and (o.updates_per_batch * n_micro > 1 or per_update):
-            # STARE's gate: batch token-mean entropy of the pre-update pass (per-shard gradients
-            # see a shard's rows only, so their forward is not that pass either).
+        if needs.entropy_prepass and (o.updates_per_batch * n_micro > 1 or per_update):
+            # Batch token-mean entropy of the pre-update pass (per-shard gradients see a shard's
+            # rows only, so their forward is not that pass either).
             flat_mbs = jax.tree_util.tree_map(
                 lambda x: x.reshape((-1,) + x.shape[2:]), batches)
             _, ent = self._nograd_logp_ent(state.params, flat_mbs)
             entropy_mean = _token_mean(ent, flat_mbs.resp_mask_BR)
         # Per-shard gradients see a shard's rows only: batch-coupled selections come first.
-        whole_minibatch = name in ("m2po", "stare") and (n_micro > 1 or per_update)
+        whole_minibatch = needs.selection is not None and (n_micro > 1 or per_update)
 
         def one_update(carry, mb_UB):
             params, opt_state, k = carry
@@ -379,12 +379,12 @@ class Learner:
             extra = {}
             if entropy_mean is not None:
                 extra["entropy_mean"] = entropy_mean
-            if stare_state is not None:
-                extra["stare_state"] = stare_state
+            if controller_state is not None:
+                extra["controller_state"] = controller_state
             if whole_minibatch:
                 extra["selection"] = self._minibatch_selection(params, mb_UB, entropy_mean,
-                                                               stare_state)
-            if name == "sis":
+                                                               controller_state)
+            if needs.topk_proposal:
                 u = jax.random.uniform(jax.random.fold_in(rng, k), (n_micro * micro, r))
                 extra["uniforms"] = u.reshape(n_micro, micro, r)
             per_micro = {key: v for key, v in extra.items() if key in ("selection", "uniforms")}
@@ -417,21 +417,20 @@ class Learner:
             one_epoch, (state.params, state.opt_state, jnp.zeros((), jnp.int32)), None,
             length=o.epochs)
         metrics = _reduce_metrics(auxs, gnorms)
-        if name == "stare":
+        if needs.entropy_prepass:
             if entropy_mean is not None:
                 ent_mean = entropy_mean
             else:  # the single micro-batch's own forward was the pre-update pass
                 ent_sum, ent_count = auxs[1][0]["entropy/all"]
                 ent_mean = jnp.sum(ent_sum) / jnp.maximum(jnp.sum(ent_count), 1.0)
-            metrics["stare_entropy_mean"] = ent_mean
-            metrics["stare_gate_on"] = (ent_mean < self.hparams.entropy_target).astype(jnp.float32)
+            metrics.update(needs.entropy_prepass.metrics(ent_mean, self.hparams))
         new_state = TrainState(params=params, opt_state=opt_state,
                                step=state.step + o.updates_per_batch)
         return new_state, metrics
 
-    def update(self, state: TrainState, batch: LearnerBatch, *, rng=None, stare_state=None):
-        """One batch of updates. rng: a PRNG key (SIS uniforms; default key 0). stare_state: the
-        adaptive STARE controller state (`initial_stare_state`), or None."""
+    def update(self, state: TrainState, batch: LearnerBatch, *, rng=None, controller_state=None):
+        """One batch of updates. rng: a PRNG key (top-K proposal uniforms; default key 0).
+        controller_state: the loss's controller state (`initial_controller_state`), or None."""
         batch = jax.tree_util.tree_map(jnp.asarray, batch)
         if self.batch_sharding is not None:
             sh = self.batch_sharding
@@ -440,10 +439,11 @@ class Learner:
                 sh = sh.replace(topk_ids_BRK=sh.resp_mask_BR, topk_logp_BRK=sh.resp_mask_BR,
                                 topk_valid_BR=sh.resp_mask_BR)
             batch = jax.device_put(batch, sh)
-        if self.loss_name == "sis" and batch.topk_ids_BRK is None:
-            raise ValueError("loss 'sis' needs a batch built with top_k (build_batch(top_k=K))")
+        if self.needs.topk_proposal and batch.topk_ids_BRK is None:
+            raise ValueError(f"loss {self.loss_name!r} needs a batch built with top_k "
+                             f"(build_batch(top_k=K))")
         rng = jax.random.PRNGKey(0) if rng is None else rng
-        return self._update(state, batch, rng, stare_state)
+        return self._update(state, batch, rng, controller_state)
 
 
 def _token_mean(values, mask):

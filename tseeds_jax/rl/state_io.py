@@ -6,7 +6,7 @@
     RUN_DIR/seed_cache/<step>/host-<i>.npz|json  each host's slice of the seed cache
     RUN_DIR/seed_cache/<step>/host-<i>.extra.npz|json  loss-family state carried across steps
                                                  (M2PO stale queue, STARE controller, SIS seed
-                                                 top-K; rl/plugins.py), when there is any
+                                                 top-K; rl/loss_plugins.py), when there is any
 
 The seed cache is host-local (every host keeps the seeds of its own samples), so each process
 writes its own file, before the Orbax step that makes the checkpoint visible; a seed-cache file
@@ -206,7 +206,7 @@ class RunCheckpointer:
     # ---- public ----
     def save(self, step: int, state, cache: SeedCache, prompts, *, tag: str = "",
              extra: dict | None = None) -> str:
-        """extra: optional loss-family state ({"arrays", "json"}; rl/plugins.py), host-local."""
+        """extra: optional loss-family state ({"arrays", "json"}; rl/loss_plugins.py), host-local."""
         meta = {"step": step, "data": prompts.get_state(), "tag": tag,
                 "config": self.config_json}
         if tag == "nan":

@@ -27,8 +27,8 @@ from tseeds_jax.rl import hosts as hosts_lib
 from tseeds_jax.rl import preemption, rollout
 from tseeds_jax.rl.config import TrainConfig
 from tseeds_jax.rl.learner import Learner, TrainState
+from tseeds_jax.rl.loss_plugins import LossPlugins, RowStats, learner_old_logp_mode
 from tseeds_jax.rl.metrics import MetricsWriter
-from tseeds_jax.rl.plugins import MethodPlugins, learner_old_logp_mode
 from tseeds_jax.sampling.placement import params_mesh, shards_of
 from tseeds_jax.seeds import SeedCache, feedback, sample_rngs
 
@@ -84,7 +84,11 @@ class Trainer:
         self.learner = Learner(env.graphdef, env.params, cfg.loss, cfg.optim,
                                variant=cfg.seeds.variant, old_logp_mode=learner_old_logp_mode(cfg),
                                batch_sharding=batch_sharding if self.hosts.single else None)
-        self.plugins = MethodPlugins(self)  # loss-family hooks (rl/plugins.py)
+        self.row_stats = RowStats(logp_entropy=self._stats, topk=self._topk,
+                                  prompt_width=self._prompt_width(),
+                                  response_width=cfg.rollout.max_response_len, pad_id=env.pad_id)
+        self.plugins = LossPlugins.build(cfg, self.learner, self.row_stats,
+                                         offpolicy=getattr(env, "offpolicy", None))
         self.state: TrainState = self.learner.init_state(env.params)
         self.cache = SeedCache()
         self.step = 0
@@ -102,8 +106,8 @@ class Trainer:
         return self._row_pass(params, tokens_BT, attn_BT, response_width, topk=False)
 
     def _topk(self, params, tokens_BT, attn_BT, response_width):
-        """(ids_BRK int32, logp_BRK float32) numpy: the policy's SIS top-K at every response
-        position (row chunks, see `_row_pass`)."""
+        """(ids_BRK int32, logp_BRK float32) numpy: the policy's top-K (the loss's proposal) at
+        every response position (row chunks, see `_row_pass`)."""
         return self._row_pass(params, tokens_BT, attn_BT, response_width, topk=True)
 
     def _row_pass(self, params, tokens_BT, attn_BT, r, *, topk: bool):
@@ -115,7 +119,7 @@ class Trainer:
         If the mesh spans several processes, a chunk is one global array of every host's rows
         (`micro_batch_size` global rows, as in the update): all hosts run the same number of
         chunks (padded to the longest host), and each reads its own rows back."""
-        k = self.learner.sis_top_k
+        k = self.learner.proposal_top_k
         n = len(tokens_BT)
         mesh = params_mesh(params)
         spread = mesh is not None and hosts_lib.spans_processes(params)
@@ -198,7 +202,8 @@ class Trainer:
                                             rewards[rows], g, rngs)
             self.cache.batches[step + j] = sb
             src = sb.source  # row i of the plugins' arrays: sample i's source rollout
-            self.plugins.after_seed_batch(step + j, params, tokens[rows][src], attn[rows][src])
+            self.plugins.after_seed_batch(step + j, params, tokens[rows][src], attn[rows][src],
+                                          sb.seed_lengths)
         return batches[0], n_tokens
 
     def _collect(self, params, step: int):
@@ -280,7 +285,7 @@ class Trainer:
         params = hosts_lib.sampler_params(self.state.params, c.hardware.sampler_placement,
                                           self.hosts)
         sampler_params = _cast(params, self.cfg.model.sampler_dtype)
-        samples, info = self.plugins.collect(sampler_params, params, step)
+        samples, info = self.plugins.collect(self._collect, sampler_params, params, step)
         g, r = c.rollout.group_size, c.rollout.max_response_len
         adv = (rollout.sample_advantages(samples, norm_by_std=c.advantage.norm_by_std,
                                          max_response_len=r,
@@ -290,9 +295,9 @@ class Trainer:
         batch = rollout.build_batch(samples, adv, prompt_width=self._prompt_width(),
                                     response_width=r, pad_id=self.env.pad_id,
                                     num_rows=c.rollout.batch_prompts * g // self.hosts.count,
-                                    top_k=self.learner.sis_top_k)
+                                    top_k=self.learner.proposal_top_k)
         t0 = time.perf_counter()
-        batch = self.plugins.prepare_batch(params, batch)  # old log-probs, SIS proposals
+        batch = self.plugins.prepare_batch(params, batch)  # old log-probs, top-K proposals
         if c.loss.kl_coef:
             batch = batch.replace(ref_logp_BR=self._stats(
                 self.env.ref_params, batch.tokens_BT, batch.attn_mask_BT, r)[0])

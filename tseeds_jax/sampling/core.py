@@ -27,8 +27,9 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from tseeds_jax.model import KVCache, activations
-from tseeds_jax.sampling import vocab_parallel
+import tseeds_jax.sampling.vocab_parallel as vocab_parallel
+from tseeds_jax.kernels.sharded import mesh_of
+from tseeds_jax.model import KVCache
 from tseeds_jax.sampling.strategies import step_keys, token_logprobs
 
 # finish codes (int32 in the state)
@@ -240,7 +241,7 @@ def _feed(model, strategy, state: DecodeState, still_B):
 def sample_logits(model, strategy, logits_BV, keys_B2):
     """(tokens, temperature-1 log-probs): on vocabulary-split logits (the decode layout's
     tensor-parallel LM head) without gathering them (`vocab_parallel`), else the strategy's own."""
-    mesh = activations.mesh_of(model.embed.value)
+    mesh = mesh_of(model.embed.value, min_devices=2)
     if vocab_parallel.applies(strategy, mesh, logits_BV.shape[-1]):
         return vocab_parallel.sample(strategy, logits_BV, keys_B2, mesh)
     tok = strategy.sample(logits_BV, keys_B2)

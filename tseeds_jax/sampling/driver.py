@@ -27,8 +27,8 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+import tseeds_jax.sampling.core as core
 from tseeds_jax.model import Transformer
-from tseeds_jax.sampling import core
 from tseeds_jax.sampling.placement import SamplerShardings, fetch, params_mesh
 from tseeds_jax.sampling.strategies import make_strategy
 

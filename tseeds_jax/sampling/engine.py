@@ -25,7 +25,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from tseeds_jax.sampling import core
+import tseeds_jax.sampling.core as core
 from tseeds_jax.sampling.driver import cast_params, split_model
 from tseeds_jax.sampling.jetstream_compat import engine_api, tokenizer_api, tokenizer_pb2
 from tseeds_jax.sampling.strategies import Greedy

@@ -22,8 +22,8 @@ import numpy as np
 from jax.experimental import multihost_utils
 from jax.sharding import Mesh, NamedSharding
 
+import tseeds_jax.sampling.core as core
 from tseeds_jax.model import sharding as shd
-from tseeds_jax.sampling import core
 
 
 def params_mesh(params) -> Mesh | None:

@@ -30,8 +30,8 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
+import tseeds_jax.sampling.strategies as st
 from tseeds_jax.model.attention import _mesh_split
-from tseeds_jax.sampling import strategies as st
 
 AXIS = "tensor"
 

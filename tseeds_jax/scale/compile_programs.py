@@ -175,7 +175,7 @@ def cast_tree(tree, dtype: str):
 def make_learner(t: CompileTarget, kernel_impl: str):
     """(Learner, abstract sharded TrainState) exactly as `runner.make_trainer` builds them."""
     from tseeds_jax.rl.learner import Learner
-    from tseeds_jax.rl.plugins import learner_old_logp_mode
+    from tseeds_jax.rl.loss_plugins import learner_old_logp_mode
 
     graphdef, params = nnx.split(shd.abstract_model(t.mcfg))
     cfg = t.cfg
@@ -210,7 +210,7 @@ def learner_programs(t: CompileTarget, learner, state, kernel_impl: str) -> list
            for f in ("resp_mask_BR", "seed_mask_BR", "behavior_logp_BR", "sampler_logp_BR",
                      "old_logp_BR", "ref_logp_BR")},
         advantages_B=jax.ShapeDtypeStruct((n,), f32, sharding=sh.advantages_B))
-    k = learner.sis_top_k
+    k = learner.proposal_top_k
     if k:  # build_batch(top_k=K): row-sharded like the per-token arrays (Learner.update)
         rows3 = shd.batch_sharding(t.mesh, (n, r, k))
         batch = batch.replace(topk_ids_BRK=jax.ShapeDtypeStruct((n, r, k), i32, sharding=rows3),
@@ -219,7 +219,7 @@ def learner_programs(t: CompileTarget, learner, state, kernel_impl: str) -> list
                                                                  sharding=sh.resp_mask_BR))
     rep = NamedSharding(t.mesh, PartitionSpec())
     rng = abstract(jax.eval_shape(lambda: jax.random.PRNGKey(0)), rep)
-    stare = learner.initial_stare_state()
+    stare = learner.initial_controller_state()
     if stare is not None:
         stare = jax.tree.map(lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.asarray(x).dtype,
                                                             sharding=rep), stare)
@@ -249,7 +249,7 @@ def stats_rows(t: CompileTarget, placement: str) -> tuple[int, str]:
         passes.append(("behavior log-probs at refresh", n * (cfg.seeds.refresh_interval - 1)))
     if cfg.loss.kl_coef:
         passes.append(("reference log-probs", n))
-    from tseeds_jax.rl.plugins import learner_old_logp_mode
+    from tseeds_jax.rl.loss_plugins import learner_old_logp_mode
 
     if learner_old_logp_mode(cfg) == "recompute" or (cfg.optim.old_logp == "auto"
                                                     and cfg.optim.updates_per_batch > 1):
@@ -268,7 +268,7 @@ def stats_rows(t: CompileTarget, placement: str) -> tuple[int, str]:
 def stats_programs(t: CompileTarget, learner, state, kernel_impl: str, placement: str) -> list[Program]:
     placement = "sharded" if placement == "decode" else placement  # statistics: learner mesh
     rows, served = stats_rows(t, placement)
-    if not rows and not learner.sis_top_k:
+    if not rows and not learner.proposal_top_k:
         return []
     rows = rows or min(t.cfg.optim.micro_batch_size or t.rows, t.rows)
     p, r = t.widths
@@ -292,7 +292,7 @@ def stats_programs(t: CompileTarget, learner, state, kernel_impl: str, placement
                            f"({placement}); serves: {served}",
                            functools.partial(learner._stats.lower, params, tok, tok, r),
                            extra_live=extra, analytic_flops=kern))
-    k = learner.sis_top_k
+    k = learner.proposal_top_k
     if k:
         out.append(Program("stats_topk", "stats",
                            f"Learner._topk: SIS top-{k} of {rows} sequences per forward",

@@ -23,7 +23,7 @@ The model (docs/scale.md explains each term):
   TPU, cuDNN on GPU; `attention_kind`) or one decode step.
 * statistics passes (behavior / old / reference log-probs): no-grad forwards of the rows the
   trainer gives one call (`micro_batch_size` rows per forward in `Trainer._stats` / `_topk`,
-  also for the passes of rl/plugins.py), on the replica device or split over the mesh.
+  also for the passes of rl/loss_plugins.py), on the replica device or split over the mesh.
 * host: the seed cache (T-1 batches of B x G seeds: token ids and float32 log-probs / entropies).
 
 On a TPU target with remat and the Pallas kernel, the learner and statistics terms follow what XLA's
@@ -121,7 +121,7 @@ class Workload:
     sampler_tensor: int = 0  # "decode": devices per tensor-parallel replica (0: chosen)
     family: str = ""  # accelerator family ("v5p", "h100", ...): the decode layout's roofline
     stats_rows: int = 0  # sequences per statistics forward; 0 = as the trainer chunks them
-    plugin_stats: bool = False  # rl/plugins.py runs a statistics pass over each batch (chunked)
+    plugin_stats: bool = False  # rl/loss_plugins.py runs a statistics pass over each batch (chunked)
     kernel_impl: str = "pallas"  # "pallas" (TPU/GPU) | "chunked" (XLA, CPU default)
     compiler: str = "cpu"  # "tpu" | "gpu" | "cpu": whose buffer assignment the learner terms model
     kl_coef: float = 0.0
@@ -477,7 +477,7 @@ def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
                           (o.old_logp == "auto" and o.updates_per_batch > 1))
     from tseeds_jax.rl import family
 
-    sis_top_k = family.from_loss_config(cfg.loss)[2].sis_top_k
+    top_k = family.from_loss_config(cfg.loss)[2].proposal_top_k
     stale = getattr(getattr(cfg, "stale", None), "steps", 0)
     return Workload(
         model=cfg.model.model_config(read_hf=read_hf), mesh=mesh,
@@ -491,9 +491,9 @@ def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
         sampler_tensor=int(hw.get("sampler_tensor", 0) or 0), family=fam,
         kernel_impl=kernel_impl, compiler=compiler, kl_coef=cfg.loss.kl_coef,
         old_logp_recompute=old_logp_recompute, grad_reduce=o.grad_reduce,
-        # rl/plugins.py statistics passes over a batch (chunked like Trainer._stats)
+        # rl/loss_plugins.py statistics passes over a batch (chunked like Trainer._stats)
         plugin_stats=bool(old_logp_recompute or stale
-                               or (sis_top_k and cfg.seeds.refresh_interval > 1)),
+                               or (top_k and cfg.seeds.refresh_interval > 1)),
         devices_per_host=per_host)
 
 

@@ -18,7 +18,7 @@ CUT_BINS = 10  # the cut-ratio histogram: 10 equal bins over [0, 1]
 
 
 def make_selector(seeds_cfg) -> Selector:
-    from tseeds_jax.seeds import selection
+    import tseeds_jax.seeds.selection as selection
 
     return selection.get(seeds_cfg.truncation, ratio=seeds_cfg.ratio, top_k=seeds_cfg.top_k,
                          target=getattr(seeds_cfg, "target", 0.5),

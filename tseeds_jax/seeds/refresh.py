@@ -12,7 +12,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from tseeds_jax.seeds import selection, truncation
+import tseeds_jax.seeds.selection as selection
+import tseeds_jax.seeds.truncation as truncation
 from tseeds_jax.seeds.cache import SeedBatch
 
 _TRUNCATION_STREAM = 0x5EED

@@ -31,7 +31,7 @@ from typing import Protocol
 
 import numpy as np
 
-from tseeds_jax.seeds import truncation
+import tseeds_jax.seeds.truncation as truncation
 
 
 @dataclasses.dataclass(frozen=True)

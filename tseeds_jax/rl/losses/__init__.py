@@ -9,7 +9,8 @@ Calling convention (every registered loss):
         grad += d out.loss / dθ                                      # shares add up exactly
     metrics = finalize_metrics(merge_outputs(*outs))
 
-See base.py (types, aggregation), registry.py, mixed_source.py (Thinking Seeds helpers).
+See base.py (types, aggregation), registry.py, needs.py (what a loss asks of the learner and
+the trainer beyond one micro-batch's inputs), mixed_source.py (Thinking Seeds helpers).
 """
 
 from tseeds_jax.rl.losses.base import (

@@ -34,6 +34,7 @@ from tseeds_jax.rl.losses.base import (
     masked_metric,
     validate_inputs,
 )
+from tseeds_jax.rl.losses.needs import LossNeeds
 from tseeds_jax.rl.losses.ppo import check_clip, clipped_token_loss
 from tseeds_jax.rl.losses.registry import LossName, register
 from tseeds_jax.rl.losses.regularizers import Regularizers, finish
@@ -105,14 +106,18 @@ def _gspo(inputs: LossInputs, hparams: GSPOHParams, denominators: Denominators, 
                   denominators=denominators)
 
 
-@register(LossName.GSPO, GSPOHParams)
+# A DAPO-sized clip range on a sequence ratio is almost certainly a config mix-up.
+_GSPO_NEEDS = LossNeeds(clip_note="GSPO clips the sequence ratio; paper 3e-4/4e-4")
+
+
+@register(LossName.GSPO, GSPOHParams, needs=_GSPO_NEEDS)
 def gspo_loss(inputs: LossInputs, hparams: GSPOHParams, *, denominators: Denominators) -> LossOutput:
     """GSPO (sequence ratio, gradient through all tokens of a row); see the module docstring."""
     validate_inputs(inputs, loss="gspo")
     return _gspo(inputs, hparams, denominators, token_form=False)
 
 
-@register(LossName.GSPO_TOKEN, GSPOHParams)
+@register(LossName.GSPO_TOKEN, GSPOHParams, needs=_GSPO_NEEDS)
 def gspo_token_loss(
     inputs: LossInputs, hparams: GSPOHParams, *, denominators: Denominators
 ) -> LossOutput:

@@ -32,6 +32,7 @@ from tseeds_jax.rl.losses.base import (
     masked_metric,
     validate_inputs,
 )
+from tseeds_jax.rl.losses.needs import LossNeeds
 from tseeds_jax.rl.losses.ppo import check_clip, clamped_log_ratio, clipped_token_loss
 from tseeds_jax.rl.losses.registry import LossName, register
 from tseeds_jax.rl.losses.regularizers import Regularizers, finish
@@ -54,7 +55,7 @@ class LUFFYHParams:
         check_clip("LUFFYHParams", self.clip_low, self.clip_high, None)
 
 
-@register(LossName.LUFFY, LUFFYHParams)
+@register(LossName.LUFFY, LUFFYHParams, needs=LossNeeds(offpolicy_traces=True))
 def luffy_loss(inputs: LossInputs, hparams: LUFFYHParams, *, denominators: Denominators) -> LossOutput:
     """LUFFY loss share of one call; needs `seed_mask_BT` (1 = off-policy token)."""
     validate_inputs(inputs, need=("seed_mask_BT",), loss="luffy")

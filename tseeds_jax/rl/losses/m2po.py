@@ -36,6 +36,7 @@ from tseeds_jax.rl.losses.base import (
     masked_metric,
     validate_inputs,
 )
+from tseeds_jax.rl.losses.needs import LossNeeds, Selection
 from tseeds_jax.rl.losses.ppo import clamped_log_ratio
 from tseeds_jax.rl.losses.registry import LossName, register
 from tseeds_jax.rl.losses.regularizers import Regularizers, finish
@@ -82,7 +83,15 @@ def m2po_keep_mask(
     return keep, tr
 
 
-@register(LossName.M2PO, M2POHParams)
+def m2po_selection(logp_BT, old_logp_BT, advantages_BT, mask_BT, hparams: M2POHParams, *,
+                   entropy_mean=None, state=None) -> Array:
+    """The keep mask over all rows given as float32 [B, T] (the registry's mini-batch selection)."""
+    keep, _ = m2po_keep_mask(logp_BT, old_logp_BT, advantages_BT, mask_BT, hparams.tau)
+    return keep.astype(jnp.float32)
+
+
+@register(LossName.M2PO, M2POHParams,
+          needs=LossNeeds(selection=Selection(m2po_selection, field="m2po_keep_BT")))
 def m2po_loss(inputs: LossInputs, hparams: M2POHParams, *, denominators: Denominators) -> LossOutput:
     """M2PO loss share of one call; see the module docstring (exactness needs `m2po_keep_BT`)."""
     validate_inputs(inputs, loss="m2po")

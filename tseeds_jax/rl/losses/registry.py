@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from tseeds_jax.rl.losses.base import Denominators, LossInputs, LossOutput
+from tseeds_jax.rl.losses.needs import NONE, LossNeeds
 
 
 class LossName(str, enum.Enum):
@@ -44,12 +45,13 @@ class LossFn(Protocol):
 
 @dataclasses.dataclass(frozen=True)
 class LossSpec:
-    """A registered loss: its function, hyper-parameter type and defaults."""
+    """A registered loss: its function, hyper-parameter type, defaults and needs (needs.py)."""
 
     name: str
     fn: LossFn
     hparams_cls: type
     default_hparams: Any
+    needs: LossNeeds = NONE
 
     def __call__(
         self, inputs: LossInputs, hparams: Any = None, *, denominators: Denominators
@@ -76,11 +78,14 @@ def _key(name: LossName | str) -> str:
 
 
 def register(
-    name: LossName | str, hparams_cls: type, default_hparams: Any = None
+    name: LossName | str, hparams_cls: type, default_hparams: Any = None, *,
+    needs: LossNeeds = NONE,
 ) -> Callable[[LossFn], LossFn]:
     """Decorator: registers `fn(inputs, hparams, *, denominators) -> LossOutput` under `name`.
 
-    `default_hparams` defaults to `hparams_cls()`. Registering a taken name raises ValueError.
+    `default_hparams` defaults to `hparams_cls()`; `needs` declares what the learner and the
+    trainer must provide beyond one micro-batch's inputs (needs.py). Registering a taken name
+    raises ValueError.
     """
     key = _key(name)
     if not dataclasses.is_dataclass(hparams_cls):
@@ -88,11 +93,13 @@ def register(
     defaults = hparams_cls() if default_hparams is None else default_hparams
     if not isinstance(defaults, hparams_cls):
         raise TypeError(f"register({key!r}): default_hparams must be a {hparams_cls.__name__}")
+    if not isinstance(needs, LossNeeds):
+        raise TypeError(f"register({key!r}): needs must be a LossNeeds, got {needs!r}")
 
     def deco(fn: LossFn) -> LossFn:
         if key in _REGISTRY:
             raise ValueError(f"loss {key!r} is already registered")
-        _REGISTRY[key] = LossSpec(key, fn, hparams_cls, defaults)
+        _REGISTRY[key] = LossSpec(key, fn, hparams_cls, defaults, needs)
         return fn
 
     return deco

@@ -37,6 +37,7 @@ from tseeds_jax.rl.losses.base import (
     validate_inputs,
 )
 from tseeds_jax.rl.losses.gspo import GSPOHParams, gspo_from_log_ratio, gspo_token_log_ratio
+from tseeds_jax.rl.losses.needs import LossNeeds, Option, TopKProposal
 from tseeds_jax.rl.losses.ppo import PPOHParams, clamped_log_ratio, ppo_loss_from_log_ratio
 from tseeds_jax.rl.losses.registry import LossName, register
 from tseeds_jax.rl.losses.regularizers import finish
@@ -79,7 +80,25 @@ def sis_accept_mask(
     return (target_in_topk_BT > 0) & (uniforms_BT.astype(dt) < accept_prob)
 
 
-@register(LossName.SIS, SISHParams)
+def _seed_scope_check(params, facts) -> list[tuple[str, object, str]]:
+    if params.get("scope") == "seed" and facts.refresh_interval < 2:
+        return [("loss.params.scope", "seed", "SIS on seed tokens needs seeds.refresh_interval > 1")]
+    return []
+
+
+def _is_top_k(k) -> bool:
+    return isinstance(k, int) and not isinstance(k, bool) and k >= 1
+
+
+SIS_NEEDS = LossNeeds(
+    topk_proposal=TopKProposal(k_option="top_k"),
+    base_losses=("dapo", "grpo", "gspo", "gspo_token"),  # the first is the default
+    options=(Option("top_k", 10, _is_top_k, "must be an integer >= 1"),),
+    checks=_seed_scope_check,
+)
+
+
+@register(LossName.SIS, SISHParams, needs=SIS_NEEDS)
 def sis_loss(inputs: LossInputs, hparams: SISHParams, *, denominators: Denominators) -> LossOutput:
     """Base loss with SIS-accepted tokens at unit ratio; see the module docstring."""
     need = ("topk_old_logp_BTK", "topk_cur_logp_BTK", "target_in_topk_BT", "uniforms_BT")

@@ -27,6 +27,7 @@ from fractions import Fraction
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from jaxtyping import Array
 
 from tseeds_jax.rl.losses.base import (
@@ -39,6 +40,7 @@ from tseeds_jax.rl.losses.base import (
     masked_metric,
     validate_inputs,
 )
+from tseeds_jax.rl.losses.needs import Controller, EntropyPrepass, LossNeeds, Option, Selection
 from tseeds_jax.rl.losses.ppo import (
     PPOHParams,
     check_clip,
@@ -148,7 +150,48 @@ def stare_controller_update(
     )
 
 
-@register(LossName.STARE, STAREHParams)
+def stare_selection(logp_BT, old_logp_BT, advantages_BT, mask_BT, hparams: STAREHParams, *,
+                    entropy_mean, state=None) -> Array:
+    """`stare_token_weights` in the registry's mini-batch selection signature (old_logp unused)."""
+    return stare_token_weights(logp_BT, advantages_BT, mask_BT, hparams, entropy_mean=entropy_mean,
+                               state=state)
+
+
+def _gate_metrics(entropy_mean, hparams: STAREHParams) -> dict[str, Array]:
+    return {"stare_entropy_mean": entropy_mean,
+            "stare_gate_on": (entropy_mean < hparams.entropy_target).astype(jnp.float32)}
+
+
+def _advance(state: STAREState, metrics, hparams: STAREHParams) -> STAREState:
+    return stare_controller_update(state, metrics["stare_entropy_mean"], hparams)
+
+
+def _report(state: STAREState) -> dict[str, float]:
+    # W/M in force during the step just trained (read before the controller advances).
+    return {"stare_pos_weight": float(state.pos_weight),
+            "stare_neg_weight": float(state.neg_weight)}
+
+
+def _to_arrays(state: STAREState) -> dict[str, np.ndarray]:
+    return {"pos_weight": np.asarray(state.pos_weight), "neg_weight": np.asarray(state.neg_weight)}
+
+
+def _from_arrays(arrays) -> STAREState:
+    return STAREState(pos_weight=jnp.asarray(arrays["pos_weight"], jnp.float32),
+                      neg_weight=jnp.asarray(arrays["neg_weight"], jnp.float32))
+
+
+STARE_NEEDS = LossNeeds(
+    selection=Selection(stare_selection, field="stare_weight_BT"),
+    entropy_prepass=EntropyPrepass(_gate_metrics),
+    controller=Controller(enabled_by="adaptive", field="stare_state", checkpoint_key="stare",
+                          initial=stare_initial_state, advance=_advance, report=_report,
+                          to_arrays=_to_arrays, from_arrays=_from_arrays),
+    options=(Option("adaptive", False, lambda v: isinstance(v, bool), "must be true or false"),),
+)
+
+
+@register(LossName.STARE, STAREHParams, needs=STARE_NEEDS)
 def stare_loss(inputs: LossInputs, hparams: STAREHParams, *, denominators: Denominators) -> LossOutput:
     """STARE loss share; needs `entropy_mean` unless `stare_weight_BT` is given."""
     if inputs.stare_weight_BT is None:
