@@ -198,8 +198,9 @@ def test_compile_record_option_writes_a_compile_only_record(tmp_path):
         compiled, target = [Program()], Target()
 
         def summary(self):
-            return {"topology": "v5p:2x2x1", "learner_roofline_s": 4.5, "learner_mfu_bound": 0.97,
-                    "phase_peak": {"learner": 3 << 30}, "fits": True, "mesh": {"data": 2}}
+            return {"topology": "v5p:2x2x1", "learner_roofline_s": 4.5,
+                    "learner_compute_bound_fraction": 0.97, "phase_peak": {"learner": 3 << 30},
+                    "fits": True, "mesh": {"data": 2}}
 
     path = tmp_path / "compiled.json"
     compile_cli._write_record(str(path), Result(), ["--config", "c.py"])

@@ -86,7 +86,7 @@ SHARDED = {"devices": 4, "reward": "half_parity",
                          "advantage.max_gen_batches": 2, "hardware.sampler_placement": "sharded"}}
 
 
-@pytest.mark.slow
+@pytest.mark.manual  # ~160 s; CI keeps test_two_processes_match_one_process (CI time)
 def test_two_processes_sharded_sampler_match_one_process(tmp_path):
     single, _ = _run(tmp_path, "single", 1, {**SHARDED, "devices": 8})
     multi, outs = _run(tmp_path, "multi", 2, SHARDED)
@@ -113,7 +113,7 @@ def test_two_processes_sharded_sampler_match_one_process(tmp_path):
     assert np.any(single["kept_groups"] < 2), single["kept_groups"]
 
 
-@pytest.mark.slow
+@pytest.mark.manual  # ~35 s; test_preemption.py checks the agreement in one process (CI time)
 def test_sigterm_to_one_host_stops_both_at_the_same_step(tmp_path):
     port = _free_port()
     spec = {"checkpoints": True, "overrides": {"steps": 12, "checkpoint_every_minutes": 0.0}}

@@ -190,7 +190,7 @@ MARKS = {
 }
 
 
-@pytest.mark.slow
+@pytest.mark.manual  # ~70 s; CI keeps the SIGKILL-during-async-save, SIGTERM and SIGINT resumes (CI time)
 def test_random_sigkills_resume_bitwise(tmp_path, cache_dir, reference):
     """Five SIGKILLs at seeded random moments, three of them inside a checkpoint write (the
     save-delay hook holds each write for 2 s), then a run to the end."""

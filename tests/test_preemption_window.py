@@ -21,7 +21,7 @@ WINDOW = 5.0  # seconds between the notice and the SIGKILL
 WRITE = 2.0  # seconds every checkpoint write is held before its commit
 
 
-@pytest.mark.slow
+@pytest.mark.manual  # ~40 s; test_preemption.py covers the window in one process (CI time)
 def test_notice_with_a_short_window_loses_at_most_n_steps_on_two_processes(tmp_path):
     port = _free_port()
     spec = {"checkpoints": True,

@@ -104,11 +104,12 @@ def markdown(res, plan=None) -> str:
         # executed FLOPs (remat's recompute included) / peak over the roofline time: 1.00 means
         # compute-bound, not 100% model FLOPs utilisation, so it is not called MFU
         lines.append(f"learner update roofline: {s['learner_roofline_s']:.3f} s, compute-bound "
-                     f"fraction {s['learner_mfu_bound']:.2f}; with collectives "
+                     f"fraction {s['learner_compute_bound_fraction']:.2f}; with collectives "
                      f"({s['learner_ici_s']:.3f} s ICI): overlapped "
                      f"{s['learner_roofline_ici_overlapped_s']:.3f} s, serial "
                      f"{s['learner_roofline_ici_serial_s']:.3f} s, compute-bound fraction (serial) "
-                     f"{s['learner_mfu_bound_ici_serial']:.2f} ({s['chip']}: {s['chip_source']})")
+                     f"{s['learner_compute_bound_fraction_ici_serial']:.2f} "
+                     f"({s['chip']}: {s['chip_source']})")
     if "decode_step_roofline_s" in s:
         lines.append(f"decode step roofline: {s['decode_step_roofline_s'] * 1e3:.2f} ms; decode "
                      f"bound {s['decode_tokens_per_s_per_chip_bound']:.0f} tokens/s per chip; "
@@ -223,7 +224,7 @@ def main(argv: list[str]) -> int:
 
 
 _UNITS = (("_bytes", "bytes per device"), ("_s", "s"), ("tokens_per_s_per_chip", "tokens/s/chip"),
-          ("_share", "fraction"), ("_fraction", "fraction"), ("mfu_bound", "fraction"))
+          ("_share", "fraction"), ("_fraction", "fraction"))
 
 
 def _write_record(path: str, res, argv: list[str]) -> None:
@@ -242,8 +243,7 @@ def _write_record(path: str, res, argv: list[str]) -> None:
         elif isinstance(v, int | float) and not isinstance(v, bool):
             unit = ("bytes per device" if "peak" in key else
                     next((u for suffix, u in _UNITS if key.endswith(suffix)), ""))
-            # the summary's "mfu_bound" counts remat's recompute: not MFU (docs/scale.md)
-            name = key.replace("mfu_bound", "compute_bound_fraction").replace(".", "__")
+            name = key.replace(".", "__")
             values[name] = {"value": v, "unit": unit}
 
     put("", res.summary())

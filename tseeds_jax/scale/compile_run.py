@@ -152,11 +152,11 @@ class Result:
         if upd is not None:
             t_upd = roof(upd)
             out["learner_roofline_s"] = t_upd
-            out["learner_mfu_bound"] = (upd.flops / chip.bf16_flops) / t_upd if t_upd else 0.0
+            out["learner_compute_bound_fraction"] = (upd.flops / chip.bf16_flops) / t_upd if t_upd else 0.0
             out["learner_ici_s"] = ici(upd)
             out["learner_roofline_ici_overlapped_s"] = max(t_upd, ici(upd))
             out["learner_roofline_ici_serial_s"] = t_upd + ici(upd)
-            out["learner_mfu_bound_ici_serial"] = ((upd.flops / chip.bf16_flops)
+            out["learner_compute_bound_fraction_ici_serial"] = ((upd.flops / chip.bf16_flops)
                                                    / (t_upd + ici(upd)) if t_upd else 0.0)
         out["programs_ici_s"] = {c.name: ici(c) for c in self.compiled}
         if step is not None:
