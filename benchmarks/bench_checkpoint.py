@@ -33,6 +33,7 @@ import time
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import docsection  # noqa: E402
 from docsection import write_section  # noqa: E402
 
 
@@ -134,9 +135,10 @@ def main():
         ("synchronous save (the stall)", float(np.median(stall)), float(np.median(stall)) / b),
     ]
     ok = d / b <= 1.10
-    lines = [
-        f"`python benchmarks/bench_checkpoint.py --mib {args.mib} --latency {args.latency:g} "
-        f"--rounds {args.rounds}` ({datetime.date.today()}, {platform.machine()}, "
+    cmd = (f"python benchmarks/bench_checkpoint.py --mib {args.mib} --latency {args.latency:g} "
+           f"--rounds {args.rounds}")
+    head = "\n".join([
+        f"`{cmd}` ({datetime.date.today()}, {platform.machine()}, "
         f"{os.cpu_count()} CPU cores, jax {jax.__version__}, backend "
         f"{jax.default_backend()}). State of {args.mib} MiB; every checkpoint write waits "
         f"{args.latency:g} s before its commit (the slowed-filesystem hook "
@@ -145,20 +147,32 @@ def main():
         "asynchronous writes.",
         "",
         "| | seconds | / step without a save |",
-        "|---|---:|---:|",
+        "|---:|---:|---:|",
         *[f"| {name} | {v:.3f} | {ratio:.2f}x |" for name, v, ratio in rows],
+    ])
+    values = {"during_over_base": {"value": round(d / b, 2), "unit": "x"},
+              "save_call_s": {"value": round(rows[3][1], 2), "unit": "s"},
+              "sync_stall_s": {"value": round(rows[4][1], 2), "unit": "s"}}
+    head, records = docsection.record_tables(
+        head, [("checkpoint_async", f"asynchronous vs synchronous checkpoint saves of a "
+                f"{args.mib} MiB state with a {args.latency:g} s write latency (slowed-filesystem "
+                "write observer), stand-in steps (CPU)")],
+        "measured", cmd, backend=jax.default_backend(), values=values)
+    fig = lambda key: docsection.fig(records[0], key)  # noqa: E731
+    lines = [
+        head,
         "",
-        f"Reading: while Orbax writes in the background, a step takes {d / b:.2f}x a step "
-        f"without a save ({'within' if ok else 'NOT within'} the 10% target); the save call "
-        f"itself blocks {rows[3][1]:.2f} s (Orbax's synchronous part: the copy of the arrays "
+        f"Reading: while Orbax writes in the background, a step takes {fig('during_over_base')}x "
+        f"a step without a save ({'within' if ok else 'NOT within'} the 10% target); the save call "
+        f"itself blocks {fig('save_call_s')} s (Orbax's synchronous part: the copy of the arrays "
         "to host memory, bookkeeping), against a "
-        f"{rows[4][1]:.2f} s stall of the synchronous save. The write's latency is a sleep: it "
+        f"{fig('sync_stall_s')} s stall of the synchronous save. The write's latency is a sleep: it "
         "models a remote bucket's latency (idle CPU), not a host busy writing.",
     ]
     body = "\n".join(lines)
     print(body)
     if not args.no_write:
-        write_section("checkpoint", body)
+        write_section("checkpoint", body, records=records)
 
 
 if __name__ == "__main__":

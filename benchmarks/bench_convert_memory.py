@@ -24,6 +24,7 @@ import sys
 import time
 from pathlib import Path
 
+import docsection  # benchmarks/ is on sys.path when run as a script
 import psutil
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -127,27 +128,31 @@ def main(argv=None) -> int:
         "VmHWM (psutil sampling every 5 ms as a cross-check; `ru_maxrss` is not used because "
         "Linux carries the parent's high-water mark into it across exec).",
         "",
-        "| process | VmHWM (MiB) | psutil max (MiB) | peak − stack import (MiB) | "
-        "(peak − import) / weights | peak / weights | wall (s) |",
-        "|---|---:|---:|---:|---:|---:|---:|",
     ]
+    cols = ["process", "VmHWM (MiB)", "psutil max (MiB)", "peak − stack import (MiB)",
+            "(peak − import) / weights", "peak / weights", "wall (s)"]
+    table = []
     for name, r in rows.items():
         extra = r["peak_mb"] - base
         if "convert" not in name:
-            lines.append(f"| {name} | {r['hwm_mb']:.0f} | {r['sampled_mb']:.0f} | — | — | — | "
-                         f"{r['seconds']:.1f} |")
+            table.append([name, f"{r['hwm_mb']:.0f}", f"{r['sampled_mb']:.0f}", "—", "—", "—",
+                          f"{r['seconds']:.1f}"])
             continue
-        lines.append(f"| {name} | {r['hwm_mb']:.0f} | {r['sampled_mb']:.0f} | {extra:.0f} | "
-                     f"{extra / weights_mb:.2f} | {r['peak_mb'] / weights_mb:.2f} | "
-                     f"{r['seconds']:.1f} |")
+        table.append([name, f"{r['hwm_mb']:.0f}", f"{r['sampled_mb']:.0f}", f"{extra:.0f}",
+                      f"{extra / weights_mb:.2f}", f"{r['peak_mb'] / weights_mb:.2f}",
+                      f"{r['seconds']:.1f}"])
     conv = [r for n, r in rows.items() if "convert" in n]
     worst = max(r["peak_mb"] for r in conv)
+    rec = _record(args, weights_mb, cfg, cols, table, worst, base, bare)
+    fig = lambda key: docsection.fig(rec, key)  # noqa: E731
     lines += [
+        docsection.table_block(rec),
         "",
         f"Reading: the conversions' memory on top of the imported stack is at most "
-        f"{(worst - base) / weights_mb:.2f}× the weights (bound: 2×); counting everything, "
-        f"including ~{bare:.0f} MiB for a bare `import jax, tseeds_jax` and ~{base:.0f} MiB "
-        f"for the conversion stack, the peak is {worst / weights_mb:.2f}× the weights. "
+        f"{fig('extra_over_import_max')}× the weights (bound: 2×); counting everything, "
+        f"including ~{fig('bare_import_mib')} MiB for a bare `import jax, tseeds_jax` and "
+        f"~{fig('conversion_stack_mib')} MiB for the conversion stack, the peak is "
+        f"{fig('peak_over_weights_max')}× the weights. "
         "hf-to-orbax reads tensor by tensor with `safe_open` into host-CPU jax arrays (the "
         "parameters held once), which Orbax writes uncompressed without another copy; "
         "orbax-to-hf restores them once and streams the safetensors out one tensor at a time. "
@@ -155,8 +160,29 @@ def main(argv=None) -> int:
         END,
     ]
     if not args.no_doc:
+        from tseeds_jax import results_record
+
+        results_record.write(str(DOC.parent / "results" / f"{rec['name']}.json"), rec)
         write_section(DOC, "\n".join(lines))
     return 0
+
+
+def _record(args, weights_mb, cfg, cols, table, worst, base, bare):
+    """The run as a result record (kind "measured"): the table and the reading's four figures."""
+    from tseeds_jax import results_record
+
+    return results_record.make(
+        "convert_memory", "peak resident memory of tseeds convert (hf-to-orbax, orbax-to-hf) on a "
+        f"{cfg.num_params / 1e6:.1f} M-parameter ({weights_mb:.0f} MiB float32) random Qwen2, each "
+        "a fresh process (CPU)", "measured",
+        f"python benchmarks/bench_convert_memory.py --mb {args.mb:g}", backend="cpu (JAX_PLATFORMS=cpu)",
+        values={"extra_over_import_max": {"value": round((worst - base) / weights_mb, 2),
+                                          "unit": "x the weights"},
+                "peak_over_weights_max": {"value": round(worst / weights_mb, 2),
+                                          "unit": "x the weights"},
+                "bare_import_mib": {"value": round(bare), "unit": "MiB"},
+                "conversion_stack_mib": {"value": round(base), "unit": "MiB"}},
+        table={"columns": cols, "rows": table})
 
 
 def write_section(doc: Path, section: str) -> None:

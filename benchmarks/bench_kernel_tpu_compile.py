@@ -183,9 +183,17 @@ Shapes (per-device tokens of one micro-batch, one sequence per device of the bat
 """
 
 
-def write_section(body: str, path: str = DOC):
-    """Rewrites only this script's section of docs/benchmarks.md (others own the rest)."""
-    docsection.write_section(SECTION, body, path)
+def write_section(body: str, path: str = DOC, cmd: str = "python benchmarks/bench_kernel_tpu_compile.py"):
+    """Rewrites only this script's section of docs/benchmarks.md (others own the rest); its table
+    goes into the result record docs/results/kernel_tpu_compile.json (kind "compile-only bound")."""
+    import jax
+
+    body, records = docsection.record_tables(
+        body, [("kernel_tpu_compile", "fused log-prob + entropy forward + backward compiled for "
+                "one TPU device per generation (compile-only devices): memory analysis per "
+                "device, Pallas blocks and VMEM, against issue 14's bound")],
+        "compile-only bound", cmd, backend=f"tpu (compile-only, jax {jax.__version__})")
+    docsection.write_section(SECTION, body, path, records=records)
 
 
 def main(argv=None) -> int:
@@ -222,7 +230,7 @@ def main(argv=None) -> int:
             f" {f} {v}" for f, v, d in (("--gens", a.gens, ",".join(TOPOLOGIES)),
                                         ("--shapes", a.shapes, ",".join(SHAPES)),
                                         ("--impls", a.impls, ",".join(IMPLS))) if v != d)
-        write_section(section(rows, cmd))
+        write_section(section(rows, cmd), cmd=cmd)
     return 0
 
 

@@ -113,7 +113,11 @@ def mib(x):
     return f"{x / 2**20:,.1f}"
 
 
-def fmt_row(row, base):
+COLUMNS = ["(N, D, V)", "impl", "temp MiB", "temp / naive", "args MiB", "outputs MiB",
+           "fwd+bwd s (median)", "time / naive", "note"]
+
+
+def cells(row, base):
     n, d, v = row["shape"]
     temp_ratio = time_ratio = "-"
     if base is not None and base["temp"]:
@@ -121,26 +125,44 @@ def fmt_row(row, base):
     if base is not None and row["time"] is not None and base["time"]:
         time_ratio = f"{row['time'] / base['time']:.2f}"
     t = "-" if row["time"] is None else f"{row['time']:.3f}"
-    return (f"| ({n}, {d}, {v}) | {row['impl']} | {mib(row['temp'])} | {temp_ratio} | "
-            f"{mib(row['arg'])} | {mib(row['out'])} | {t} | {time_ratio} | {row['note']} |")
+    return [f"({n}, {d}, {v})", row["impl"], mib(row["temp"]), temp_ratio, mib(row["arg"]),
+            mib(row["out"]), t, time_ratio, row["note"]]
+
+
+def fmt_row(row, base):
+    return "| " + " | ".join(cells(row, base)) + " |"
+
+
+def table_rows(rows):
+    out = []
+    for r in rows:
+        base = next((b for b in rows if b["shape"] == r["shape"] and b["impl"] == "naive"), None)
+        out.append(cells(r, base))
+    return out
 
 
 def table(rows):
-    lines = ["| (N, D, V) | impl | temp MiB | temp / naive | args MiB | outputs MiB | "
-             "fwd+bwd s (median) | time / naive | note |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        base = next((b for b in rows if b["shape"] == r["shape"] and b["impl"] == "naive"), None)
-        lines.append(fmt_row(r, base))
-    return "\n".join(lines)
+    return "\n".join(["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+                     + ["| " + " | ".join(c) + " |" for c in table_rows(rows)])
 
 
-def write_section(body: str, path: str = DOC):
-    """Rewrites only this script's section of docs/benchmarks.md (others own the rest)."""
-    docsection.write_section(SECTION, body, path)
+def record(rows, command, dtype):
+    """The run as a result record (kind "measured": XLA:CPU memory analysis and timings)."""
+    from tseeds_jax import results_record
+
+    return results_record.make(
+        "logprob_entropy_cpu", f"fused log-prob + entropy forward + backward, {dtype}: XLA "
+        "memory analysis and median times of naive / chunked / pallas (CPU)", "measured", command,
+        backend=jax.default_backend(), table={"columns": COLUMNS, "rows": table_rows(rows)})
 
 
-def section(rows, command, dtype, runs):
+def write_section(body: str, path: str = DOC, rec: dict | None = None):
+    """Rewrites only this script's section of docs/benchmarks.md (others own the rest) and
+    writes its result record."""
+    docsection.write_section(SECTION, body, path, record=rec)
+
+
+def section(rows, command, dtype, runs, rec):
     date = datetime.date.today().isoformat()
     dev = jax.devices()[0]
     return f"""## Fused log-prob + entropy (`tseeds_jax.kernels.logprob_entropy`)
@@ -153,7 +175,7 @@ Times: median of {runs} runs after one warm-up; the largest shape is compiled on
 
 Command: `{command}`
 
-{table(rows)}
+{docsection.table_block(rec)}
 
 Notes:
 - `naive` materialises the [N, V] logits (and autodiff keeps several [N, V] buffers); `chunked`
@@ -196,7 +218,8 @@ def main(argv=None) -> int:
     if not a.no_write:
         command = "python benchmarks/bench_logprob_entropy.py " + " ".join(
             argv if argv is not None else sys.argv[1:])
-        write_section(section(rows, command.strip(), a.dtype, a.runs))
+        rec = record(rows, command.strip(), a.dtype)
+        write_section(section(rows, command.strip(), a.dtype, a.runs, rec), rec=rec)
         print(f"wrote section {SECTION!r} of {os.path.normpath(DOC)}")
     return 0
 

@@ -19,13 +19,13 @@ import datetime
 import json
 import os
 import platform
-import re
 import statistics
 import subprocess
 import sys
 import time
 from pathlib import Path
 
+import docsection  # benchmarks/ is on sys.path when run as a script
 from tseeds_jax import rewards
 from tseeds_jax.rewards import sandbox, weak_isolation
 
@@ -151,55 +151,71 @@ def main(argv=None) -> int:
             print(f"{name:5s} workers={w}: {rate:7.1f} rewards/s  mean={m['reward/mean']:.3f}  {rows[-1][4]}")
     iso = rewards.score_result("code", *PROGRAMS[0]).details.get("isolation")
     by = {(n, w): r for n, w, r, _, _ in rows}
+    cmd = f"python benchmarks/bench_rewards.py --n {args.n} --workers {args.workers} " \
+          f"--sandbox-n {args.sandbox_n}"
+    records = _records(cmd, args, rows, by, sb)
+    thr, sbx = records
     lines = [
         "## Rewards",
         "",
-        f"Command: `python benchmarks/bench_rewards.py --n {args.n} --workers {args.workers} "
-        f"--sandbox-n {args.sandbox_n}` — "
+        f"Command: `{cmd}` — "
         f"{datetime.date.today().isoformat()}, {os.cpu_count()} CPU cores visible, "
         f"Python {platform.python_version()}, sandbox isolation {iso}.",
         "",
-        "| reward | responses | workers | rewards/s | mean score | reasons |",
-        "|---|---|---|---|---|---|",
+        docsection.table_block(thr),
     ]
-    for name, w, rate, mean, reasons in rows:
-        lines.append(f"| {name} | {args.n} | {w} | {rate:.1f} | {mean:.3f} | {reasons} |")
     if args.workers != 1:
-        w = args.workers
         lines += [
             "",
-            f"Speed-up {w} vs 1 worker: code {by[('code', w)] / by[('code', 1)]:.2f}x, "
-            f"math {by[('math', w)] / by[('math', 1)]:.2f}x (shared machine; other jobs may compete).",
+            f"Speed-up {args.workers} vs 1 worker: code {docsection.fig(thr, 'code_speedup')}x, "
+            f"math {docsection.fig(thr, 'math_speedup')}x (shared machine; other jobs may compete).",
         ]
-    new, old = sb.values()
     lines += [
         "",
         f"Sandbox alone, {args.sandbox_n} programs each, one process, sequential, interleaved rounds:",
         "",
-        "| sandbox | programs/s |",
-        "|---|---|",
-        *[f"| {name} | {rate:.1f} |" for name, rate in sb.items()],
+        docsection.table_block(sbx),
         "",
-        f"Allowlisted vs previous: {new / old:.2f}x the previous sandbox's programs/s (issue 25 asks for "
-        "at least 1/1.5 = 0.67x).",
+        f"Allowlisted vs previous: {docsection.fig(sbx, 'allowlisted_vs_previous')}x the previous "
+        "sandbox's programs/s (issue 25 asks for at least 1/1.5 = 0.67x).",
     ]
     lines += [
         "",
         "Code: 1/4 correct (stdin/stdout), 1/4 wrong output, 1/4 runtime error, 1/4 correct (asserts); two "
         "tests each; one sandboxed process per test. Worker start-up excluded (warm-up batch).",
     ]
+    print("\n".join(lines))
     if not args.no_write:
-        _write_section("\n".join(lines))
+        docsection.write_section("rewards", "\n".join(lines), records=records)
     return 0
 
 
-def _write_section(body: str) -> None:
-    path = ROOT / "docs" / "benchmarks.md"
-    text = path.read_text() if path.exists() else "# Benchmarks\n"
-    block = f"<!-- BEGIN rewards -->\n{body}\n<!-- END rewards -->"
-    pat = re.compile(r"<!-- BEGIN rewards -->.*?<!-- END rewards -->", re.DOTALL)
-    text = pat.sub(lambda _: block, text) if pat.search(text) else text.rstrip("\n") + "\n\n" + block + "\n"
-    path.write_text(text)
+def _records(cmd, args, rows, by, sb):
+    """The run's two result records (kind "measured"): the reward table with the speed-ups, and
+    the sandbox table with the allowlisted / previous ratio."""
+    from tseeds_jax import results_record
+
+    w = args.workers
+    cols = ["reward", "responses", "workers", "rewards/s", "mean score", "reasons"]
+    table = [[name, str(args.n), str(wk), f"{rate:.1f}", f"{mean:.3f}", str(reasons)]
+             for name, wk, rate, mean, reasons in rows]
+    values = {}
+    if w != 1:
+        values = {f"{k}_speedup": {"value": round(by[(k, w)] / by[(k, 1)], 2),
+                                   "unit": f"x ({w} vs 1 worker)"} for k in ("code", "math")}
+    thr = results_record.make(
+        "rewards_throughput", f"code (sandboxed) and math rewards per second, 1 vs {w} reward "
+        "worker processes (CPU)", "measured", cmd, backend="cpu (reward worker processes; "
+        "bubblewrap sandbox)", values=values, table={"columns": cols, "rows": table})
+    new, old = sb.values()
+    sbx = results_record.make(
+        "sandbox_speed", "programs per second of the allowlisted bubblewrap sandbox and of the "
+        "previous (namespaces, denylist) sandbox, alternating rounds in one process (CPU)",
+        "measured", cmd, backend="cpu (bubblewrap sandbox)",
+        values={"allowlisted_vs_previous": {"value": round(new / old, 2), "unit": "x"}},
+        table={"columns": ["sandbox", "programs/s"],
+               "rows": [[name, f"{rate:.1f}"] for name, rate in sb.items()]})
+    return thr, sbx
 
 
 if __name__ == "__main__":

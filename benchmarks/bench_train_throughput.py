@@ -40,6 +40,7 @@ import sys
 import tempfile
 import time
 
+import docsection  # benchmarks/ is on sys.path when run as a script
 import numpy as np
 
 SECTION = "train_throughput"
@@ -351,7 +352,7 @@ def profile(a, trainer, hf_model, prompts) -> str:
         g, u = jnp.split(x @ jnp.concatenate([w[0], w[1]], axis=1), 2, axis=-1)
         return jnp.sum((jax.nn.silu(g) * u) @ w[2])
 
-    for name, fn in (("as written (x@gate, x@up)", mlp_split), ("gate|up fused", mlp_fused)):
+    for name, fn in (("as written (x@gate, x@up)", mlp_split), ("gate + up fused", mlp_fused)):
         step = jax.jit(jax.grad(fn, argnums=(0, 1)))
         rows.append((f"one MLP block fwd + bwd, JAX, {name}",
                      _cpu_median(lambda s=step: jax.block_until_ready(s((wg, wu, wd), x)))))
@@ -484,6 +485,15 @@ def render(a, cmd, ours_rows, ours_setup, trl, trl_note, logit_diff, mode, profi
     return "\n".join(lines) + "\n"
 
 
+# The section's tables, in order, as result records (docs/results/NAME.json).
+TABLE_RECORDS = [
+    ("train_throughput", "RL training step on CPU: TRL GRPOTrainer vs our Trainer, same model, "
+                         "weights and batch (wall and CPU seconds per step)"),
+    ("train_throughput_split", "our train_step split by its per-step timers (wall seconds)"),
+    ("train_throughput_profile", "CPU seconds of the step's parts in isolation, ours and torch's"),
+]
+
+
 def write_section(text: str, path: str = DOCS) -> None:
     begin, end = f"<!-- BEGIN {SECTION} -->", f"<!-- END {SECTION} -->"
     old = open(path).read() if os.path.exists(path) else "# Benchmarks\n"
@@ -560,8 +570,11 @@ def main(argv=None) -> int:
         text = render(a, cmd, ours.records, ours_setup, trl, trl_note, logit_diff, mode, prof)
     print(text)
     if not a.no_write:
-        write_section(text)
-        print(f"wrote section {SECTION!r} of {os.path.normpath(DOCS)}")
+        names = TABLE_RECORDS[:3 if a.profile else 2]
+        text, records = docsection.record_tables(text, names, "measured", cmd, backend="cpu")
+        docsection.write_section(SECTION, text, DOCS, records=records)
+        print(f"wrote section {SECTION!r} of {os.path.normpath(DOCS)} and records "
+              f"{[r['name'] for r in records]}")
     return 0
 
 
