@@ -307,37 +307,25 @@ project only with `--no-deps`, and its package import then needs google-metrax, 
 Ours: one jitted `while_loop` runs decode steps for all slots until a slot finishes (then the
 host refills it), so there is no per-token host round-trip; prefill is one batched call per
 length bucket. HF decodes token by token from Python. Load average (1 min) at start / end of
-this run: {load[0]:.2f} / {load[1]:.2f}.
+this run: {docsection.fig(record, "load_avg_1min_start")} / {docsection.fig(record, "load_avg_1min_end")}.
 
-Where the time goes (jax.profiler traces of the decode loop, qwen2-4L-256, cache 96; profiled
-on 2026-11-30 and not repeated since: later sampler changes are not in these figures):
-- Batch 32 (~4.5 ms per step): the output head [32,256]x[256,4096] ~0.49 ms and per layer
-  gate + up ~0.30 ms, down ~0.23 ms, q/k/v/o ~0.14 ms -- YNNPACK matmuls at 75-135 GFLOP/s with
-  the 24 MB of weights streamed from L3 every step (the same shapes with L2-resident weights:
-  110-150 GFLOP/s; torch's: up to 190) -- then attention ~0.15 ms per layer (reading the
-  cache at ~23 GB/s), KV-cache writes ~0.05 ms per layer, greedy pick + log-prob ~0.3 ms.
-- Batch 1 (~1.05 ms per step): ~0.84 ms are the matrix-vector products. XLA:CPU runs each on
-  one core at ~25 GB/s from L3 (Eigen uses a second thread only from ~4 MB per matrix: the
-  output head alone), so streaming the ~20 MB of weights a token needs costs >= 0.8 ms:
-  <= ~1250 tokens/s, which is 3.5-4.6x the 273-355 tokens/s HF reached on this machine across
-  sessions, before any other work of the step. Two threads reading separate 20 MB arrays reach
-  52 GB/s here, but no formulation tried made XLA run the products on both cores: independent
-  column-block matmuls run one after another at batch 1, batched matmuls over column blocks
-  stay single-threaded, and the YNN / XNN / Eigen / scheduler flags changed the step by less
-  than the run-to-run noise. bfloat16 sampler weights (`param_dtype="bfloat16"`) would halve
-  the traffic but change the numerics this benchmark fixes.
-Changes measured on the way (per decode step unless noted): keys cached [B, K, E, S] and values
-[B, K, S, E] so decode attention is two batched matmuls with no transposed copy of the cache,
-greedy argmax as max + first index, the chosen token's log-prob without a [B, V] log-softmax,
-2-D projections (together 4.9 -> 3.8 ms at batch 32); RoPE cos/sin looked up once per step in
-a loop-invariant table instead of being recomputed inside every layer's rotation (4.86 ->
-4.61 ms, interleaved A/B); gate and up as two matmuls in decode steps and short prefills
-(5.16 -> 4.74 ms at batch 32; prefill of one 16-token prompt 3.31 -> 2.65 ms; prefills of >= 256
-rows keep one stacked matmul: 23.9 vs 26.0 ms at 512 rows); the last emission of a request runs
-no model call, and a module's graph is split once per structure (time to first token at batch
-1: 9.1 -> 3.7 ms; batch 32: 43 -> 29 ms). Tried and dropped: one fused q/k/v matmul (within
-noise), unique-index scatters or a single-index ring-buffer write for the KV cache (no gain),
-attending over the new key separately from the cache (the cache was then copied every step).
+Where the time goes: jax.profiler traces of the decode loop were taken on 2026-11-30, before
+later sampler changes, and their figures were not recorded, so only what they showed is kept
+here. At batch 32 the step is the matmuls (output head, gate + up, down, q/k/v/o: XLA:CPU's
+YNNPACK kernels with the weights streamed from L3 every step), then attention over the cache,
+the cache writes and the greedy pick. At batch 1 the matrix-vector products dominate: XLA:CPU
+runs each on one core (Eigen adds a second thread only for large matrices), so streaming the
+weights a token needs bounds the speed before any other work of the step; no formulation tried
+(independent column-block matmuls, batched matmuls over column blocks, the YNN / XNN / Eigen /
+scheduler flags) made XLA use both cores. bfloat16 sampler weights would halve the traffic but
+change the numerics this benchmark fixes. Changes kept on the way (each measured faster in an
+interleaved A/B at the time; the figures were not recorded): keys cached [B, K, E, S] and values
+[B, K, S, E] (decode attention as two batched matmuls, no transposed copy of the cache), greedy
+argmax as max + first index, the chosen token's log-prob without a [B, V] log-softmax, 2-D
+projections, RoPE cos/sin looked up once per step, gate and up as two matmuls in decode steps and
+short prefills, no model call for a request's last emission, a module's graph split once per
+structure. Tried and dropped: one fused q/k/v matmul, unique-index scatters or a single-index
+ring-buffer write for the KV cache, attending over the new key separately from the cache.
 """
     docsection.write_section("sampler", body, str(DOCS), record=record)
 
