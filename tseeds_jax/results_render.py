@@ -10,6 +10,10 @@ Markers in a document:
   <!-- END table:NAME -->               everything between the markers is replaced
   <!-- fig:NAME.KEY -->X<!-- /fig -->   X = value KEY of record NAME, as `fmt_value` prints it
 
+A value may name the table cell it was read from (`"from": "RECORD:ROW:COL"`, 0-based over the
+table's rows and columns): `check` reports it when its printed form is not part of that cell, so
+a figure that prose quotes from a table cannot drift from the table's record.
+
 A record's `stale` field lists the printed forms that an older figure had (e.g. the 7B decode
 bound before the decode layout): `check` reports any of them found in a document outside the
 record's own table. Records are read with `tseeds_jax.results_record.load` (JAX-free).
@@ -114,10 +118,33 @@ def stale_hits(text: str, records: dict[str, dict[str, Any]], doc: str) -> list[
     return out
 
 
+def cell_mismatches(records: dict[str, dict[str, Any]]) -> list[str]:
+    """Values whose `from` cell (RECORD:ROW:COL) does not contain their printed form."""
+    out = []
+    for name, rec in records.items():
+        for key, entry in (rec.get("values") or {}).items():
+            if "from" not in entry:
+                continue
+            src, _, rest = str(entry["from"]).partition(":")
+            table = (records.get(src) or {}).get("table")
+            try:
+                row, col = (int(x) for x in rest.split(":"))
+                cell = str(table["rows"][row][col]) if table else None
+            except (ValueError, IndexError):
+                cell = None
+            if cell is None:
+                out.append(f"docs/results/{name}.json: values.{key}.from = {entry['from']!r} "
+                           "names no table cell")
+            elif fmt_value(entry) not in cell:
+                out.append(f"docs/results/{name}.json: values.{key} = {fmt_value(entry)!r} is not "
+                           f"in {entry['from']} = {cell!r}")
+    return out
+
+
 def check(root: str = ROOT) -> list[str]:
     """Every difference between the documents and their records, as lines (empty: in sync)."""
     records = load_all(os.path.join(root, "docs", "results"))
-    problems: list[str] = []
+    problems: list[str] = cell_mismatches(records)
     for doc in documents(root):
         with open(os.path.join(root, doc)) as f:
             text = f.read()
