@@ -220,3 +220,60 @@ def test_compile_printout_does_not_call_the_remat_inclusive_figure_mfu():
     printed = re.findall(r'f"[^"]*"', src)
     assert not [s for s in printed if "MFU" in s]
     assert any("compute-bound" in s for s in printed)
+
+
+def test_a_quoted_cell_that_drifts_from_its_table_is_caught(tmp_path):
+    """A value with `from` (RECORD:ROW:COL) must be part of that table cell."""
+    shutil.copytree(RESULTS, tmp_path / "docs" / "results")
+    (tmp_path / "README.md").write_text("")
+    path = tmp_path / "docs" / "results" / "adaptive_seeds_demo_figures.json"
+    rec = json.loads(path.read_text())
+    entry = rec["values"]["mixture_all_equal"]
+    assert entry["from"] == "demo_default_5seeds:2:4"  # `mixture`'s all-equal cell
+    assert results_render.check(str(tmp_path)) == []
+    for field, value, says in (("value", "29.4 ± 3.3", "is not in demo_default_5seeds:2:4"),
+                               ("from", "demo_default_5seeds:9:4", "names no table cell"),
+                               ("from", "nope:0:0", "names no table cell")):
+        path.write_text(json.dumps({**rec, "values": {**rec["values"],
+                                                      "mixture_all_equal": {**entry, field: value}}}))
+        problems = results_render.check(str(tmp_path))
+        assert any(says in p for p in problems), (field, problems)
+
+
+def _docsection():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(
+        "docsection", os.path.join(ROOT, "benchmarks", "docsection.py"))
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def test_record_tables_moves_a_benchmarks_printed_tables_into_records(tmp_path):
+    ds = _docsection()
+    body = ("Command: `x`\n\n| part | s |\n|---|---:|\n| a \\| b | 0.5 |\n| c | 1.25 |\n\n"
+            "text\n\n| k | v |\n|---|---|\n| n | 3 |\n")
+    new, recs = ds.record_tables(body, [("t_one", "first"), ("t_two", "second")], "measured",
+                                 "python x.py", backend="cpu", values={"v": {"value": 2, "unit": "x"}})
+    assert [r["name"] for r in recs] == ["t_one", "t_two"]
+    assert recs[0]["table"] == {"columns": ["part", "s"], "rows": [["a \\| b", "0.5"], ["c", "1.25"]]}
+    assert recs[1]["table"] == {"columns": ["k", "v"], "rows": [["n", "3"]]}
+    assert recs[0]["values"] == {"v": {"value": 2, "unit": "x"}} and "values" not in recs[1]
+    assert new.count("<!-- BEGIN table:") == 2 and "| c | 1.25 |" in new and "text" in new
+    for rec in recs:
+        results_record.write(str(tmp_path / "docs" / "results" / f"{rec['name']}.json"), rec)
+    (tmp_path / "README.md").write_text(new + "\n" + ds.fig(recs[0], "v") + "\n")
+    assert results_render.check(str(tmp_path)) == []
+    with pytest.raises(ValueError, match="2 tables for record names"):
+        ds.record_tables(body, [("a", "a"), ("b", "b"), ("c", "c")], "measured", "x", backend="cpu")
+
+
+def test_every_table_of_benchmarks_md_is_rendered_from_a_record():
+    text = open(os.path.join(ROOT, "docs", "benchmarks.md")).read()
+    marked = "".join(m["body"] for m in results_render._TABLE.finditer(text))
+    tables = [line for line in text.splitlines() if line.startswith("|---")]
+    assert tables and all(line in marked for line in tables)
+    stray = re.sub(results_render._TABLE, "", text)
+    assert not [line for line in stray.splitlines() if line.startswith("|")], \
+        "a hand-written table in docs/benchmarks.md: its script should write a record"
