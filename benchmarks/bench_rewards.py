@@ -25,7 +25,6 @@ import sys
 import time
 from pathlib import Path
 
-import docsection  # benchmarks/ is on sys.path when run as a script
 from tseeds_jax import rewards
 from tseeds_jax.rewards import sandbox, weak_isolation
 
@@ -149,6 +148,8 @@ def main(argv=None) -> int:
                 )
             )
             print(f"{name:5s} workers={w}: {rate:7.1f} rewards/s  mean={m['reward/mean']:.3f}  {rows[-1][4]}")
+    import docsection  # noqa: PLC0415  (benchmarks/ is on sys.path when run as a script)
+
     iso = rewards.score_result("code", *PROGRAMS[0]).details.get("isolation")
     by = {(n, w): r for n, w, r, _, _ in rows}
     cmd = f"python benchmarks/bench_rewards.py --n {args.n} --workers {args.workers} " \
