@@ -277,3 +277,19 @@ def test_every_table_of_benchmarks_md_is_rendered_from_a_record():
     stray = re.sub(results_render._TABLE, "", text)
     assert not [line for line in stray.splitlines() if line.startswith("|")], \
         "a hand-written table in docs/benchmarks.md: its script should write a record"
+
+
+def test_readme_demo_figures_follow_from_the_per_seed_values():
+    """The README's 3-seed difference and p of the default demo (seeds 0-2 of the 5-seed record)
+    and the hard task's `mixture` vs DAPO p, recomputed with Welch's test (scipy)."""
+    fig = results_record.load(os.path.join(RESULTS, "readme_demo_figures.json"))["values"]
+    seeds = {t: {k[:-len("_pass1")]: v["value"] for k, v in results_record.load(
+        os.path.join(RESULTS, f"demo_{t}_5seeds.json"))["values"].items()}
+        for t in ("default", "hard")}
+    a, b = seeds["default"]["ts_mixture_spread"][:3], seeds["default"]["dapo"][:3]
+    assert abs((sum(a) - sum(b)) / 3 - fig["spread_vs_dapo_3seeds"]["value"]) < 0.05
+    p3 = stats.ttest_ind(a, b, equal_var=False).pvalue
+    assert round(p3, 2) == fig["spread_vs_dapo_3seeds_p"]["value"]
+    assert p3 > 0.05 / 5  # not kept by Holm over 5 comparisons, whatever the other four are
+    ph = stats.ttest_ind(seeds["hard"]["ts_mixture"], seeds["hard"]["dapo"], equal_var=False).pvalue
+    assert round(ph, 3) == fig["hard_mixture_vs_dapo_p"]["value"]
