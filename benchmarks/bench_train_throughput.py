@@ -364,7 +364,7 @@ def profile(a, trainer, hf_model, prompts) -> str:
               f"CPU time; our sampler costs {v[0] / v[4]:.2f}x HF `generate`; our learner update "
               f"costs {v[2] / v[5]:.2f}x torch's fwd + bwd + AdamW (its backward "
               f"{(v[2] - v[3]) / v[3]:.1f}x its forward); the SwiGLU block's fwd + bwd as written "
-              f"costs {v[6] / v[7]:.2f}x the gate|up-fused form."]
+              f"costs {v[6] / v[7]:.2f}x the gate + up fused form."]
     return "\n".join(lines)
 
 
