@@ -293,3 +293,11 @@ def test_readme_demo_figures_follow_from_the_per_seed_values():
     assert p3 > 0.05 / 5  # not kept by Holm over 5 comparisons, whatever the other four are
     ph = stats.ttest_ind(seeds["hard"]["ts_mixture"], seeds["hard"]["dapo"], equal_var=False).pvalue
     assert round(ph, 3) == fig["hard_mixture_vs_dapo_p"]["value"]
+
+
+def test_the_readmes_sampler_speeds_before_the_remeasurement_are_caught():
+    records = results_record.load_all(RESULTS)
+    old = ("model samples at ~1,000 tokens/s at batch 1 (2.9-3.1x HF) and ~7,000-7,700 at batch 32\n"
+           "(1.63-1.69x HF)")  # README.md before the 2026-12-03 run
+    hits = results_render.stale_hits(old, records, "README.md")
+    assert len(hits) == 2 and all("sampler_speed" in h for h in hits), hits
