@@ -183,6 +183,17 @@ Shapes (per-device tokens of one micro-batch, one sequence per device of the bat
 """
 
 
+def _libtpu_version() -> str:
+    from importlib import metadata
+
+    for dist in ("libtpu", "libtpu-nightly"):
+        try:
+            return metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
 def write_section(body: str, path: str = DOC, cmd: str = "python benchmarks/bench_kernel_tpu_compile.py"):
     """Rewrites only this script's section of docs/benchmarks.md (others own the rest); its table
     goes into the result record docs/results/kernel_tpu_compile.json (kind "compile-only bound")."""
@@ -192,7 +203,8 @@ def write_section(body: str, path: str = DOC, cmd: str = "python benchmarks/benc
         body, [("kernel_tpu_compile", "fused log-prob + entropy forward + backward compiled for "
                 "one TPU device per generation (compile-only devices): memory analysis per "
                 "device, Pallas blocks and VMEM, against issue 14's bound")],
-        "compile-only bound", cmd, backend=f"tpu (compile-only, jax {jax.__version__})")
+        "compile-only bound", cmd, backend=f"tpu (compile-only, jax {jax.__version__}, libtpu "
+                                         f"{_libtpu_version()})")
     docsection.write_section(SECTION, body, path, records=records)
 
 
