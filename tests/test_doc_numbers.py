@@ -172,7 +172,9 @@ def test_record_errors_name_the_file_field_and_value(tmp_path):
     assert results_record.load(str(path)) == json.loads(path.read_text())
     for field, value, says in (("kind", "guess", "field 'kind' = 'guess'"),
                                ("values", {"a": 3}, "field 'values.a' = 3"),
-                               ("name", "y", "field 'name' = 'y'")):
+                               ("name", "y", "field 'name' = 'y'"),
+                               ("values", {"a": {"value": 1, "unit": "s", "from": "b:x:1"}},
+                                "field 'values.a.from' = 'b:x:1'")):
         path.write_text(json.dumps({**rec, field: value}))
         with pytest.raises(results_record.RecordError, match=re.escape(says)) as e:
             results_record.load(str(path))

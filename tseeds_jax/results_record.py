@@ -14,8 +14,9 @@ the commit that produced them. `tseeds_jax.results_render` renders the docs' tab
 files. No JAX import here: the writer runs in any process.
 
 Record fields: name (= file stem), what, kind, command, date (ISO), commit (or null), machine
-({cpu, cores, flags, load_avg}), backend, values ({key: {"value", "unit"}}; optional), table
-({"columns": [...], "rows": [[...]]}; optional), transcribed (bool), source (where a transcribed
+({cpu, cores, flags, load_avg}), backend, values ({key: {"value", "unit"}}, optional; a value
+quoted from a table cell says so with "from": "RECORD:ROW:COL", which results_render checks),
+table ({"columns": [...], "rows": [[...]]}; optional), transcribed (bool), source (where a transcribed
 figure was read), stale ({key: [printed strings that an older figure had]}; optional), note.
 """
 
@@ -25,6 +26,7 @@ import datetime
 import json
 import os
 import platform
+import re
 import subprocess
 import tempfile
 from typing import Any
@@ -116,6 +118,10 @@ def validate(rec: Any, where: str) -> dict[str, Any]:
         if not isinstance(val, dict) or "value" not in val or "unit" not in val:
             raise RecordError(f"{where}: field 'values.{key}' = {val!r}; expected "
                               "{{'value': ..., 'unit': ...}}")
+        frm = val.get("from")
+        if frm is not None and not re.fullmatch(r"[\w.-]+:\d+:\d+", str(frm)):
+            raise RecordError(f"{where}: field 'values.{key}.from' = {frm!r}; expected "
+                              "'RECORD:ROW:COL' (the table cell the value is quoted from)")
     table = rec.get("table")
     if table is not None:
         cols = table.get("columns") if isinstance(table, dict) else None
