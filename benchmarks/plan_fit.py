@@ -7,6 +7,8 @@ as the paper configs keep them) as docs/results/checkpoint_state_size.json (kind
 
     python benchmarks/plan_fit.py            # ~1 min on 2 cores: one planner process per variant
     python benchmarks/plan_fit.py --no-write
+    python benchmarks/plan_fit.py --family   # the method-family configs instead (~4 min):
+                                             # docs/results/plan_fit_method_family.json
 """
 
 from __future__ import annotations
@@ -25,12 +27,18 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 GIB = 1 << 30
 
 
-def plan(variant: str) -> dict:
+# The method-family configs (no hardware section of their own) on the dapo17k GPU variant's
+# hardware, as docs/scale.md plans them.
+FAMILY_HARDWARE = ["--accelerator", "8xH100", "--config.mesh.fsdp=8",
+                   "--config.optim.micro_batch_size=8"]
+
+
+def plan(variant: str, extra: tuple[str, ...] = ()) -> dict:
     name, _, var = variant.partition(":")
     arg = f"configs/{name}.py" + (f":{var}" if var == "gpu" else "")
     out = subprocess.run([sys.executable, "-c", "import sys; from tseeds_jax.cli import main; "
-                          "sys.exit(main(sys.argv[1:]))", "plan", "--config", arg, "--json"],
-                         cwd=ROOT, capture_output=True, text=True)
+                          "sys.exit(main(sys.argv[1:]))", "plan", "--config", arg, "--json",
+                          *extra], cwd=ROOT, capture_output=True, text=True)
     if out.returncode not in (0, 1):  # 1 = does not fit: still a plan
         raise SystemExit(f"tseeds plan --config {arg}: exit {out.returncode}: {out.stderr[-400:]}")
     return json.loads(out.stdout)
@@ -39,7 +47,11 @@ def plan(variant: str) -> dict:
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--no-write", action="store_true", help="print only")
+    p.add_argument("--family", action="store_true",
+                   help="plan the method-family configs (configs/qwen25_math_7b_*.py) instead")
     a = p.parse_args(argv)
+    if a.family:
+        return family(a.no_write)
     rows, values, sizes = [], {}, {}
     for v in VARIANTS:
         d = plan(v)
@@ -77,6 +89,40 @@ def main(argv=None) -> int:
         for r in (rec, ckpt):
             print(results_record.write(os.path.join(ROOT, "docs", "results",
                                                     f"{r['name']}.json"), r))
+    return 0
+
+
+def family(no_write: bool) -> int:
+    """The method-family configs with the replica placement they ship and with the decode
+    placement of the paper variants: planned peak per device (kind "estimate")."""
+    names = sorted(f[:-3] for f in os.listdir(os.path.join(ROOT, "configs"))
+                   if f.startswith("qwen25_math_7b_") and f.endswith(".py")
+                   and f != "qwen25_math_7b_dapo17k.py")
+    rows, peaks = [], []
+    for name in names:
+        cells = [name]
+        for placement in ("replica", "decode"):
+            d = plan(name, (*FAMILY_HARDWARE, "--sampler-placement", placement))
+            peak = d["peak_bytes"] / GIB
+            cells.append(f"{'fits' if d['fits'] else 'does not fit'} ({peak:.1f}, {d['peak_phase']})")
+            if placement == "decode":
+                peaks.append(round(peak, 1))
+        rows.append(cells)
+        print(" | ".join(cells), flush=True)
+    sys.path.insert(0, ROOT)
+    from tseeds_jax import results_record
+
+    rec = results_record.make(
+        "plan_fit_method_family", "planned peak HBM per device (GiB) of the method-family configs "
+        "on 8xH100 (fsdp 8, micro-batch 8), with the replica sampler placement they ship and with "
+        "the decode placement", "estimate", "python benchmarks/plan_fit.py --family",
+        backend="none (planner model, no program compiled)",
+        values={"decode_peak_min": {"value": min(peaks), "unit": "GiB/device"},
+                "decode_peak_max": {"value": max(peaks), "unit": "GiB/device"}},
+        table={"columns": ["config (" + " ".join(FAMILY_HARDWARE) + ")", "replica (as shipped)",
+                           "--sampler-placement decode"], "rows": rows})
+    if not no_write:
+        print(results_record.write(os.path.join(ROOT, "docs", "results", f"{rec['name']}.json"), rec))
     return 0
 
 
