@@ -142,6 +142,16 @@ class StaleConfig:
     """`config.stale`: M2PO, training on stale rollouts."""
 
     steps: int = 0  # s: train step k on the batch generated at step k - s (0: on-policy)
+    # Partial rollouts (docs/async.md, rl/partial.py): a step decodes at most `partial_tokens`
+    # new tokens per response; unfinished responses are interrupted and continued by the next
+    # policies as seeds. 0: off (every response runs to its end in the step that starts it).
+    partial_tokens: int = 0
+    max_staleness: int = 1  # partial rollouts: steps a trained group's oldest token may lag
+    groups_in_flight: int = 0  # partial rollouts: groups decoding at once (0: B (max_staleness + 1))
+    # Rollout correction (rl/rollout_correction.py): "off" | "token_mask" | "seq_mask" drop
+    # tokens / rows whose sampler-vs-learner ratio leaves [1/t, t], t = correction_threshold.
+    correction: str = "off"
+    correction_threshold: float = 2.0
 
 
 @dataclasses.dataclass(frozen=True)
