@@ -139,7 +139,8 @@ class OffPolicyConfig:
 
 @dataclasses.dataclass(frozen=True)
 class StaleConfig:
-    """`config.stale`: M2PO, training on stale rollouts."""
+    """`config.stale`: training on stale rollouts: M2PO's fixed lag, or partial rollouts under a
+    bounded staleness (docs/async.md); rollout correction."""
 
     steps: int = 0  # s: train step k on the batch generated at step k - s (0: on-policy)
     # Partial rollouts (docs/async.md, rl/partial.py): a step decodes at most `partial_tokens`
@@ -151,7 +152,7 @@ class StaleConfig:
     # Rollout correction (rl/rollout_correction.py): "off" | "token_mask" | "seq_mask" drop
     # tokens / rows whose sampler-vs-learner ratio leaves [1/t, t], t = correction_threshold.
     correction: str = "off"
-    correction_threshold: float = 2.0
+    correction_threshold: float = 2.0  # t of the rollout correction's [1/t, t] band (> 1)
 
 
 @dataclasses.dataclass(frozen=True)
