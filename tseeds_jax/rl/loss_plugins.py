@@ -257,13 +257,6 @@ class LossPlugins:
         if learner.proposal_top_k:
             plugins.append(TopKProposal(stats, learner.proposal_top_k, cfg.seed,
                                         recompute=recompute))
-        if cfg.stale.partial_tokens:
-            from tseeds_jax.rl.partial import PartialRollouts  # imports this module
-
-            if learner.proposal_top_k:
-                raise ValueError("partial rollouts (stale.partial_tokens) do not combine with a "
-                                 "top-K proposal loss (SIS) yet")
-            plugins.append(PartialRollouts(cfg, stats))
         return cls(plugins, stats, method=cfg.method_label, stale=stale)
 
     def of(self, kind: type) -> Any:

@@ -90,6 +90,11 @@ class Trainer:
                                   response_width=cfg.rollout.max_response_len, pad_id=env.pad_id)
         self.plugins = LossPlugins.build(cfg, self.learner, self.row_stats,
                                          offpolicy=getattr(env, "offpolicy", None))
+        if cfg.stale.partial_tokens:  # the pool is a plug-in: checkpointed with their state
+            if self.learner.proposal_top_k:
+                raise ValueError("partial rollouts (stale.partial_tokens) do not combine with a "
+                                 "top-K proposal loss (SIS) yet")
+            self.plugins.plugins.append(PartialRollouts(cfg, self.row_stats))
         self.state: TrainState = self.learner.init_state(env.params)
         self.cache = SeedCache()
         self.step = 0
