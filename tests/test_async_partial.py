@@ -19,11 +19,11 @@ P, R = 4, 12  # prompt width, response width
 STOP = 99
 
 
-def _cfg(b=2, g=2, chunk=3, s=1, in_flight=0, r=R):
+def _cfg(b=2, g=2, chunk=3, s=1, in_flight=0, r=R, interrupt=False):
     return types.SimpleNamespace(
         rollout=types.SimpleNamespace(batch_prompts=b, group_size=g, max_response_len=r),
         stale=types.SimpleNamespace(partial_tokens=chunk, max_staleness=s,
-                                    groups_in_flight=in_flight),
+                                    groups_in_flight=in_flight, partial_interrupt=interrupt),
         seed=0, hardware=types.SimpleNamespace(sampler_slots=0))
 
 
@@ -42,17 +42,26 @@ class Prompts:
 def scripted_sampler(lengths):
     """Response of prompt p (sample i) is tokens 10 p + pos + i, of length lengths[p - 1] (last
     token the stop id when shorter than R). Sampler log-prob of position pos: -0.01 (pos + 1)
-    - 0.001 * params (params is a number: the version)."""
+    - 0.001 * params (params is a number: the version). Interruptible requests (all starting
+    with the others) stop after as many tokens as the longest required one wrote."""
     calls = []
 
-    def fn(params, requests, budgets, seed):
-        calls.append((list(budgets), seed))
+    def fn(params, requests, budgets, seed, interruptible=None):
+        calls.append((list(budgets), seed, interruptible))
+        opt = interruptible or [False] * len(requests)
+
+        def natural(req, budget):  # tokens the request writes uninterrupted
+            done = len(req) - 1
+            return min(lengths[(req[0] - 1) % len(lengths)], done + budget) - done
+
+        cap = max((natural(q, b) for q, b, o in zip(requests, budgets, opt) if not o),
+                  default=R) if any(opt) else R
         out = []
-        for req, budget in zip(requests, budgets):
+        for req, budget, o in zip(requests, budgets, opt):
             p, done = req[0], len(req) - 1
             i = seed[1][len(out)] % 2  # sample index within the group (G = 2)
             n = lengths[(p - 1) % len(lengths)]
-            end = min(n, done + budget)
+            end = min(n, done + budget, done + cap if o else R)
             toks = [STOP if pos == n - 1 and n < R else 10 * p + pos + i for pos in range(done, end)]
             lp = [-0.01 * (pos + 1) - 0.001 * params for pos in range(done, end)]
             finish = "stop" if end == n and n < R else "length"
@@ -107,10 +116,11 @@ def test_interrupted_then_continued_ratio_is_the_mixed_source_formula():
     assert info["logp_gap_age/2"] == pytest.approx(np.mean([0.09, 0.18]), abs=1e-6)
 
 
-@pytest.mark.parametrize("s", [0, 1, 2])
-def test_versions_and_staleness_bound_with_long_tail(s):
+@pytest.mark.parametrize("s,interrupt", [(0, False), (1, False), (2, False), (1, True),
+                                         (2, True)])
+def test_versions_and_staleness_bound_with_long_tail(s, interrupt):
     lengths = [2, 12, 3, 9, 1, 12, 5, 4, 7, 12, 2, 6]  # a long tail: a few hit the cap R
-    pool = PartialRollouts(_cfg(b=2, chunk=3, s=s), STATS)
+    pool = PartialRollouts(_cfg(b=2, chunk=3, s=s, interrupt=interrupt), STATS)
     prompts, sampler = Prompts(lengths), scripted_sampler(lengths)
     trained = []
     for k, (samples, info) in enumerate(_run(pool, prompts, sampler, 8)):
@@ -137,6 +147,8 @@ def test_versions_and_staleness_bound_with_long_tail(s):
     if s == 0:  # synchronous: each step trains the prompts it admitted, in order, no seeds
         assert trained == list(range(1, 17))
         assert all(len(c[0]) == 4 and set(c[0]) == {R} for c in sampler.calls)
+    if interrupt:  # some calls had due responses beside interruptible ones
+        assert any(c[2] is not None and any(c[2]) for c in sampler.calls)
 
 
 def test_pool_state_round_trip_continues_exactly():

@@ -149,6 +149,9 @@ class StaleConfig:
     partial_tokens: int = 0
     max_staleness: int = 1  # partial rollouts: steps a trained group's oldest token may lag
     groups_in_flight: int = 0  # partial rollouts: groups decoding at once (0: B (max_staleness + 1))
+    # partial rollouts: a call with due responses stops the others when the last due one ends
+    # (they decode until then, not C tokens; sampling.generate(interruptible=...))
+    partial_interrupt: bool = True
     # Rollout correction (rl/rollout_correction.py): "off" | "token_mask" | "seq_mask" drop
     # tokens / rows whose sampler-vs-learner ratio leaves [1/t, t], t = correction_threshold.
     correction: str = "off"

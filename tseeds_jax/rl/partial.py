@@ -106,6 +106,7 @@ class PartialRollouts(Plugin):
         self.capacity = st.groups_in_flight or self.b * (self.s + 1)
         self.run_seed, self.slots = cfg.seed, cfg.hardware.sampler_slots
         self.stats = stats
+        self.interrupt = bool(getattr(st, "partial_interrupt", False))
         self.pool: list[Group] = []
         self.next_gid = 0
 
@@ -146,7 +147,8 @@ class PartialRollouts(Plugin):
 
     def _decode(self, sample_fn, sampler_params, step, groups, tally, *, full) -> None:
         """One sampler call over the unfinished responses of `groups`; appends what it wrote."""
-        todo, requests, budgets, index = [], [], [], []
+        todo, requests, budgets, index, optional = [], [], [], [], []
+        due = any(full(grp) and not r.finish for grp in groups for r in grp.responses)
         for grp in groups:
             for i, resp in enumerate(grp.responses):
                 if resp.finish:
@@ -154,7 +156,12 @@ class PartialRollouts(Plugin):
                 left = self.r - len(resp.tokens)
                 todo.append(resp)
                 requests.append(grp.prompt_ids + resp.tokens)
-                budgets.append(left if full(grp) else min(self.chunk, left))
+                # With due responses in the call (they run to their end), the others may decode
+                # until the last due one ends (`interrupt`: the sampler stops them there);
+                # without, every response decodes at most C tokens.
+                may_stop = self.interrupt and due and not full(grp)
+                optional.append(may_stop)
+                budgets.append(left if full(grp) or may_stop else min(self.chunk, left))
                 # Groups admitted at this step get the synchronous path's indices (group j of
                 # the step, sample i: j G + i) and streams, so that max_staleness = 0 is the
                 # synchronous algorithm bit for bit; older groups' indices wrap (unique).
@@ -163,7 +170,8 @@ class PartialRollouts(Plugin):
             return
         seed = ((stream_seed(self.run_seed, step, ROLLOUT_STREAM) if not tally["calls"] else
                  stream_seed(self.run_seed, step, PARTIAL_STREAM, tally["calls"])), index)
-        results = sample_fn(sampler_params, requests, budgets, seed)
+        kw = {"interruptible": optional} if any(optional) else {}
+        results = sample_fn(sampler_params, requests, budgets, seed, **kw)
         tally["calls"] += 1
         lengths = []
         for resp, (tokens, logp, finish) in zip(todo, results):
