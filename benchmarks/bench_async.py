@@ -98,30 +98,37 @@ def run(args) -> dict:
           f"mean length {base_eval.mean_length:.1f}", flush=True)
     out: dict = {"base_pass1": base_eval.avg, "base_mean_length": base_eval.mean_length,
                  "runs": []}
-    for seed in range(args.seeds):
-        for m in methods(args.chunk, args.staleness):
-            run_dir = os.path.join(dc.out, "runs", m.name, f"seed{seed}")
-            cfg, _ = ex.rl_config(dc, tok_path, run_dir, seed, m)
-            own = jax.tree_util.tree_map(lambda x: x.copy(), base)
-            tr = make_trainer(cfg, env_overrides={"params": own})
-            tr.env.prompts = PromptStream(SplitSource(LongTailChainSum(seed=seed),
-                                                      held_out=False), tok.encode,
-                                          dc.prompt_width, seed=seed)
-            t0 = time.perf_counter()
-            hist = tr.run()
-            wall = time.perf_counter() - t0
-            res = evaluate((graphdef, tr.state.params), problems, n=args.eval_n, seed=7, **kw)
-            step_s = [float(h["time_step"]) for h in hist]
-            rec = {"method": m.name, "seed": seed, "wall_s": wall,
-                   "steady_step_s": float(np.median(step_s[args.warmup_steps:])),
-                   "rollout_s": float(np.sum([h["time_rollout"] for h in hist])),
-                   "generated_tokens": int(sum(h["generated_tokens"] for h in hist)),
-                   "trained_tokens": int(sum(h["response_length"] * h["num_samples"]
-                                             for h in hist)),
-                   "slot_occupancy": float(np.mean([h["slot_occupancy"] for h in hist])),
-                   "pass1": res.avg, "reward": float(np.mean([h["reward"] for h in hist]))}
-            out["runs"].append(rec)
-            print(f"[bench_async] {json.dumps(rec)}", flush=True)
+    # Untimed warm-up runs (seed 1000) first: each method's sampler and learner shapes compile
+    # once, so that the timed runs compare steps, not compilations.
+    plan = [(1000, m) for m in methods(args.chunk, args.staleness)] * bool(args.warmup_runs)
+    plan += [(seed, m) for seed in range(args.seeds) for m in methods(args.chunk, args.staleness)]
+    for seed, m in plan:
+        run_dir = os.path.join(dc.out, "runs", m.name, f"seed{seed}")
+        cfg, _ = ex.rl_config(dc, tok_path, run_dir, seed, m)
+        own = jax.tree_util.tree_map(lambda x: x.copy(), base)
+        tr = make_trainer(cfg, env_overrides={"params": own})
+        tr.env.prompts = PromptStream(SplitSource(LongTailChainSum(seed=seed),
+                                                  held_out=False), tok.encode,
+                                      dc.prompt_width, seed=seed)
+        t0 = time.perf_counter()
+        hist = tr.run()
+        wall = time.perf_counter() - t0
+        if seed == 1000:
+            print(f"[bench_async] warm-up run {m.name}: {wall:.0f}s", flush=True)
+            continue
+        res = evaluate((graphdef, tr.state.params), problems, n=args.eval_n, seed=7, **kw)
+        step_s = [float(h["time_step"]) for h in hist]
+        rec = {"method": m.name, "seed": seed, "wall_s": wall,
+               "steady_step_s": float(np.median(step_s[args.warmup_steps:])),
+               "rollout_s": float(np.sum([h["time_rollout"] for h in hist])),
+               "learner_s": float(np.sum([h["time_learner"] for h in hist])),
+               "generated_tokens": int(sum(h["generated_tokens"] for h in hist)),
+               "trained_tokens": int(sum(h["response_length"] * h["num_samples"]
+                                         for h in hist)),
+               "slot_occupancy": float(np.mean([h["slot_occupancy"] for h in hist])),
+               "pass1": res.avg, "reward": float(np.mean([h["reward"] for h in hist]))}
+        print(f"[bench_async] {json.dumps(rec)}", flush=True)
+        out["runs"].append(rec)
     out["warm_start_s"] = warm_s
     return out
 
@@ -135,23 +142,25 @@ def summary(out: dict, args) -> tuple[dict, dict]:
         agg = {"wall_s": np.mean([r["wall_s"] for r in rs]),
                "steady_step_s": np.mean([r["steady_step_s"] for r in rs]),
                "rollout_s": np.mean([r["rollout_s"] for r in rs]),
+               "learner_s": np.mean([r["learner_s"] for r in rs]),
                "generated_tokens": np.mean([r["generated_tokens"] for r in rs]),
                "trained_tokens": np.mean([r["trained_tokens"] for r in rs]),
                "slot_occupancy": np.mean([r["slot_occupancy"] for r in rs]),
                "pass1": p.mean(), "pass1_ci95": half}
         for k, v in agg.items():
-            unit = {"wall_s": "s", "steady_step_s": "s", "rollout_s": "s",
+            unit = {"wall_s": "s", "steady_step_s": "s", "rollout_s": "s", "learner_s": "s",
                     "generated_tokens": "tokens", "trained_tokens": "tokens"}.get(k, "")
             values[f"{name}_{k}"] = {"value": round(float(v), 4), "unit": unit}
         rows.append([name, f"{agg['wall_s']:.1f}", f"{agg['steady_step_s']:.2f}",
-                     f"{agg['rollout_s']:.1f}", f"{agg['generated_tokens']:.0f}",
+                     f"{agg['rollout_s']:.1f}", f"{agg['learner_s']:.1f}",
+                     f"{agg['generated_tokens']:.0f}",
                      f"{agg['trained_tokens']:.0f}", f"{agg['slot_occupancy']:.2f}",
                      f"{100 * agg['pass1']:.1f} ± {100 * half:.1f}"])
     for k in ("wall_s", "steady_step_s", "rollout_s"):
         values[f"ratio_{k}"] = {"value": round(values[f"async_{k}"]["value"]
                                                / values[f"sync_{k}"]["value"], 3), "unit": "x"}
-    table = {"columns": ["run", "wall s (incl. compile)", "median step s (after warm-up)",
-                         "rollout s", "tokens decoded", "tokens trained", "slot occupancy",
+    table = {"columns": ["run", "wall s", "median step s", "rollout s", "learner s",
+                         "tokens decoded", "tokens trained", "slot occupancy",
                          "held-out pass@1 % (95% CI)"], "rows": rows}
     return values, table
 
@@ -169,7 +178,9 @@ def main(argv=None) -> int:
     ap.add_argument("--staleness", type=int, default=1)
     ap.add_argument("--eval-problems", type=int, default=64)
     ap.add_argument("--eval-n", type=int, default=4)
-    ap.add_argument("--warmup-steps", type=int, default=3)
+    ap.add_argument("--warmup-steps", type=int, default=3, help="steps left out of the median")
+    ap.add_argument("--warmup-runs", type=int, default=1, help="1: an untimed run per method "
+                    "first (compilation)")
     ap.add_argument("--record", action="store_true", help="write docs/results/async_bench.json")
     args = ap.parse_args(argv)
     out = run(args)
@@ -187,7 +198,9 @@ def main(argv=None) -> int:
             "chain-sum task, same steps, one process", "measured", cmd, backend="cpu",
             values=values, table=table,
             note=(f"{args.seeds} training seeds x {args.steps} steps of {args.batch_prompts} "
-                  f"prompts x {args.group_size}; base policy: {args.warm_steps} SFT steps, "
+                  f"prompts x {args.group_size}, after one untimed warm-up run per method "
+                  f"(compilation) when warmup_runs=1 (here {args.warmup_runs}); base policy: "
+                  f"{args.warm_steps} SFT steps, "
                   f"held-out pass@1 {100 * out['base_pass1']:.1f}% over {args.eval_problems} "
                   f"problems x {args.eval_n} samples; the 2-core machine was shared with other "
                   "sessions' work (load average in machine)."))
