@@ -199,7 +199,12 @@ class PartialRollouts(Plugin):
         tokens, attn = rollout.sequences_for_stats([(g.prompt_ids, r.tokens) for g, r in rows],
                                                    self.stats.prompt_width, self.r,
                                                    self.stats.pad_id)
-        logp = self.stats.logp_entropy(params, tokens, attn, self.r)[0]
+        # Rows padded to a power of two (repeats of row 0, dropped after): the statistics pass
+        # compiles once per bucket, not once per number of responses in flight.
+        pad = (1 << (len(rows) - 1).bit_length()) - len(rows)
+        tokens = np.concatenate([tokens, np.repeat(tokens[:1], pad, 0)])
+        attn = np.concatenate([attn, np.repeat(attn[:1], pad, 0)])
+        logp = self.stats.logp_entropy(params, tokens, attn, self.r)[0][: len(rows)]
         for j, (_, resp) in enumerate(rows):
             new = resp.versions == step
             resp.learner_logp = np.where(new, logp[j, : len(resp.tokens)],
