@@ -168,7 +168,8 @@ def test_pool_state_round_trip_continues_exactly():
     prompts2.k = prompts.k
     got = _run(resumed, prompts2, scripted_sampler(lengths), 3, first=3)
     for (sa, ia), (sb, ib) in zip(ref[3:], got, strict=True):
-        assert ia == ib
+        assert {k: v for k, v in ia.items() if not k.startswith("time_")} == \
+            {k: v for k, v in ib.items() if not k.startswith("time_")}
         for a, b in zip(sa, sb, strict=True):
             assert a.response_ids == b.response_ids and a.prompt_ids == b.prompt_ids
             np.testing.assert_array_equal(a.seed_logp, b.seed_logp)

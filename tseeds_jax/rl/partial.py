@@ -36,6 +36,7 @@ runs today's synchronous step unchanged.
 from __future__ import annotations
 
 import dataclasses
+import time
 from typing import Any
 
 import numpy as np
@@ -133,7 +134,9 @@ class PartialRollouts(Plugin):
         train = ready[: self.b]
         chosen = {x.gid for x in train}
         self.pool = [x for x in self.pool if x.gid not in chosen]
+        t0 = time.perf_counter()
         self._annotate(params, step)
+        stats_s = time.perf_counter() - t0
         samples = [self._sample(i, grp, resp, step) for i, grp in enumerate(train)
                    for resp in grp.responses]
         info = {"partial_calls": tally["calls"], "partial_decoded_tokens": tally["decoded"],
@@ -141,7 +144,8 @@ class PartialRollouts(Plugin):
                 "partial_groups_in_flight": len(self.pool),
                 "partial_responses_in_flight": sum(not r.finish for x in self.pool
                                                    for r in x.responses),
-                "group_staleness_max": max(step - x.admitted for x in train)}
+                "group_staleness_max": max(step - x.admitted for x in train),
+                "time_partial_stats": stats_s}  # inside time_rollout
         info.update(version_metrics(samples, step))
         return samples, info
 
