@@ -267,6 +267,9 @@ class TrainConfig:
                 bad("optim.old_logp", self.optim.old_logp,
                     "stale rollouts need the generation-time log-probs ('auto' or 'recompute')")
         family.check_run(lo, refresh_interval=self.seeds.refresh_interval, offpolicy_source=op.source)
+        from tseeds_jax.rl.partial_config import check_config
+
+        check_config(self)  # partial rollouts and rollout correction (stale.*)
 
     def _validate_hardware(self) -> None:
         def bad(field, value, why):

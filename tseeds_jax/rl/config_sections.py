@@ -139,9 +139,23 @@ class OffPolicyConfig:
 
 @dataclasses.dataclass(frozen=True)
 class StaleConfig:
-    """`config.stale`: M2PO, training on stale rollouts."""
+    """`config.stale`: training on stale rollouts: M2PO's fixed lag, or partial rollouts under a
+    bounded staleness (docs/async.md); rollout correction."""
 
     steps: int = 0  # s: train step k on the batch generated at step k - s (0: on-policy)
+    # Partial rollouts (docs/async.md, rl/partial.py): a step decodes at most `partial_tokens`
+    # new tokens per response; unfinished responses are interrupted and continued by the next
+    # policies as seeds. 0: off (every response runs to its end in the step that starts it).
+    partial_tokens: int = 0
+    max_staleness: int = 1  # partial rollouts: steps a trained group's oldest token may lag
+    groups_in_flight: int = 0  # partial rollouts: groups decoding at once (0: B (max_staleness + 1))
+    # partial rollouts: a call with due responses stops the others when the last due one ends
+    # (they decode until then, not C tokens; sampling.generate(interruptible=...))
+    partial_interrupt: bool = True
+    # Rollout correction (rl/rollout_correction.py): "off" | "token_mask" | "seq_mask" drop
+    # tokens / rows whose sampler-vs-learner ratio leaves [1/t, t], t = correction_threshold.
+    correction: str = "off"
+    correction_threshold: float = 2.0  # t of the rollout correction's [1/t, t] band (> 1)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -44,6 +44,10 @@ class Sample:
     old_logp: np.ndarray | None = None  # [|o|] learner log-probs under the generating policy
     topk_ids: np.ndarray | None = None  # [L, K] int32 proposal top-K ids of response tokens 0..L-1
     topk_logp: np.ndarray | None = None  # [L, K] float32 their proposal log-probs
+    # partial rollouts (rl/partial.py): the version (step) that wrote each response token, and
+    # the sampler's log-probs of the seed tokens (seed_logp holds the learner's)
+    versions: np.ndarray | None = None
+    seed_sampler_logp: np.ndarray | None = None
 
     @property
     def response_ids(self) -> list[int]:

@@ -178,7 +178,7 @@ def make_sample_fn(cfg: TrainConfig, graphdef, stop_tokens, max_prefill: int, mo
     sync = decode_sync(cfg, model_cfg, max_prefill) \
         if cfg.hardware.sampler_placement == "decode" else None
 
-    def sample_fn(params, requests, budgets, seed):
+    def sample_fn(params, requests, budgets, seed, interruptible=None):
         # seed = (stream seed, global index of the first request): every request's random stream
         # depends only on its global position, whatever the host count, slot count or batching.
         # (`where` may also list each request's global index explicitly.)
@@ -194,7 +194,8 @@ def make_sample_fn(cfg: TrainConfig, graphdef, stop_tokens, max_prefill: int, mo
         results = sampling.generate((graphdef, params), requests, max_new_tokens=budgets,
                                     temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
                                     seed=seeds, stop_tokens=stop_tokens,
-                                    max_prefill_length=max_prefill, num_slots=slots)
+                                    max_prefill_length=max_prefill, num_slots=slots,
+                                    interruptible=interruptible)  # partial rollouts
         out = []
         for res in results:
             if res.finish_reason == "error":

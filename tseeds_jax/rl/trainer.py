@@ -24,11 +24,12 @@ import numpy as np
 from tseeds_jax.model.sharding import batch_sharding
 from tseeds_jax.rewards.health import check_rewards
 from tseeds_jax.rl import hosts as hosts_lib
-from tseeds_jax.rl import preemption, rollout
+from tseeds_jax.rl import preemption, rollout, rollout_correction
 from tseeds_jax.rl.config import TrainConfig
 from tseeds_jax.rl.learner import Learner, TrainState
 from tseeds_jax.rl.loss_plugins import LossPlugins, RowStats, learner_old_logp_mode
 from tseeds_jax.rl.metrics import MetricsWriter
+from tseeds_jax.rl.partial import PartialRollouts, occupancy
 from tseeds_jax.sampling.placement import params_mesh, shards_of
 from tseeds_jax.seeds import SeedCache, feedback, sample_rngs
 
@@ -89,6 +90,11 @@ class Trainer:
                                   response_width=cfg.rollout.max_response_len, pad_id=env.pad_id)
         self.plugins = LossPlugins.build(cfg, self.learner, self.row_stats,
                                          offpolicy=getattr(env, "offpolicy", None))
+        if cfg.stale.partial_tokens:  # the pool is a plug-in: checkpointed with their state
+            if self.learner.proposal_top_k:
+                raise ValueError("partial rollouts (stale.partial_tokens) do not combine with a "
+                                 "top-K proposal loss (SIS) yet")
+            self.plugins.plugins.append(PartialRollouts(cfg, self.row_stats))
         self.state: TrainState = self.learner.init_state(env.params)
         self.cache = SeedCache()
         self.step = 0
@@ -232,6 +238,9 @@ class Trainer:
                                            seeds=seeds,
                                            **self.plugins.rollout_kwargs(prompts, step, first))
         info["rollout_time"] = time.perf_counter() - t0
+        used, spent = occupancy([len(x.cont_ids) for x in samples if not x.offpolicy],
+                                self.cfg.hardware.sampler_slots)
+        info["slot_occupancy"] = used / max(spent, 1)
         t0 = time.perf_counter()
         rollout.score_samples(samples, self.env.reward_fn, self.env.decode)
         check_rewards([s.reward_reason for s in samples])  # a sandbox that runs nothing stops the run
@@ -243,6 +252,51 @@ class Trainer:
         if c.advantage.filter_groups:
             samples = self._filter_groups(params, step, samples, info)
         return samples, info
+
+    def _collect_partial(self, pool: PartialRollouts, sampler_params, params, step: int):
+        """Samples of this step from the partial-rollout pool (rl/partial.py), with rewards."""
+        if not self.hosts.single:
+            raise NotImplementedError("partial rollouts run on one host for now (docs/async.md)")
+        t0 = time.perf_counter()
+        samples, info = pool.next_batch(self._sample_fn(), self.env.prompts.take, sampler_params,
+                                        params, step)
+        info["rollout_time"] = time.perf_counter() - t0
+        # generated_tokens = the tokens decoded this step (trained or carried)
+        info["behavior_tokens"] = info["partial_decoded_tokens"] - sum(
+            len(x.cont_ids) for x in samples)
+        info["refresh_time"] = 0.0
+        t0 = time.perf_counter()
+        rollout.score_samples(samples, self.env.reward_fn, self.env.decode)
+        check_rewards([s.reward_reason for s in samples])
+        info["reward_time"] = time.perf_counter() - t0
+        info["all_groups"] = _group_stats(samples, self.cfg.rollout.group_size)
+        return samples, info
+
+    def _correct(self, params, batch, samples):
+        """Rollout correction (stale.correction): masks tokens / rows whose weight pi_den /
+        pi_sampler leaves [1/t, t] (rl/rollout_correction.py); (batch, metrics)."""
+        c = self.cfg
+        r = c.rollout.max_response_len
+        if self.learner.old_logp_mode == "recompute":
+            old = batch.old_logp_BR  # filled by the recompute pass or the stale annotation
+        else:  # the shortcut: pi_old is these parameters
+            old = self._stats(params, batch.tokens_BT, batch.attn_mask_BT, r)[0]
+        sampler = np.asarray(batch.sampler_logp_BR, np.float32).copy()
+        for i, s in enumerate(samples):  # the sampler's log-probs of carried (seed) tokens
+            if s.seed_sampler_logp is not None:
+                sampler[i, : len(s.seed_ids)] = s.seed_sampler_logp
+        # tokens without a sampler log-prob (refresh seeds, LUFFY traces): weight 1
+        known = np.zeros_like(sampler, bool)
+        for i, s in enumerate(samples):
+            h = 0 if s.seed_sampler_logp is not None else len(s.seed_ids)
+            known[i, h : len(s.response_ids)] = True
+        den = np.where(np.asarray(batch.seed_mask_BR) > 0, batch.behavior_logp_BR, old)
+        sampler = np.where(known, sampler, den)
+        log_w = rollout_correction.log_weights(batch.resp_mask_BR, batch.seed_mask_BR,
+                                               batch.behavior_logp_BR, old, sampler)
+        mask, metrics = rollout_correction.correction_mask(
+            batch.resp_mask_BR, log_w, c.stale.correction, c.stale.correction_threshold)
+        return batch.replace(resp_mask_BR=mask), metrics
 
     def _filter_groups(self, params, step, samples, info):
         """DAPO dynamic sampling: keep groups with unequal rewards; top up with on-policy groups.
@@ -285,7 +339,11 @@ class Trainer:
         params = hosts_lib.sampler_params(self.state.params, c.hardware.sampler_placement,
                                           self.hosts)
         sampler_params = _cast(params, self.cfg.model.sampler_dtype)
-        samples, info = self.plugins.collect(self._collect, sampler_params, params, step)
+        pool = self.plugins.of(PartialRollouts)
+        if pool is not None:
+            samples, info = self._collect_partial(pool, sampler_params, params, step)
+        else:
+            samples, info = self.plugins.collect(self._collect, sampler_params, params, step)
         g, r = c.rollout.group_size, c.rollout.max_response_len
         adv = (rollout.sample_advantages(samples, norm_by_std=c.advantage.norm_by_std,
                                          max_response_len=r,
@@ -298,6 +356,9 @@ class Trainer:
                                     top_k=self.learner.proposal_top_k)
         t0 = time.perf_counter()
         batch = self.plugins.prepare_batch(params, batch)  # old log-probs, top-K proposals
+        if c.stale.correction != "off":
+            batch, rc_metrics = self._correct(params, batch, samples)
+            info.update(rc_metrics)
         if c.loss.kl_coef:
             batch = batch.replace(ref_logp_BR=self._stats(
                 self.env.ref_params, batch.tokens_BT, batch.attn_mask_BT, r)[0])

@@ -54,6 +54,7 @@ class _Request:
     tokens: np.ndarray  # int32 prompt (+ prefix)
     budget: int
     key: np.ndarray  # uint32 [2]
+    optional: bool = False  # interruptible: see `generate(..., interruptible=)`
 
 
 # A module's pytree structure -> (ModelDef, structure of its params State); see split_model.
@@ -150,7 +151,7 @@ def _validate(tokens, budget, vocab: int, max_prefill: int) -> str | None:
 def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens, temperature: float = 1.0,
              top_p: float = 1.0, top_k: int = 0, seed=0, stop_tokens=None, prefixes=None,
              num_slots: int | None = None, max_prefill_length: int | None = None,
-             param_dtype=None) -> list[GenerationResult]:
+             param_dtype=None, interruptible=None) -> list[GenerationResult]:
     """Samples continuations of token-level prompts; results in input order.
 
     model: a `Transformer`, or `(graphdef, params)` from `nnx.split(model)` — the learner's
@@ -169,6 +170,10 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens, tempera
     max_prefill_length: longest accepted prompt (+ prefix); default the model's
       max_position_embeddings.
     param_dtype: optionally cast the float params (e.g. "bfloat16") before sampling.
+    interruptible: optional per-prompt bools (partial rollouts, rl/partial.py). When every
+      request marked False has ended (and at least one was), the call returns at once: the
+      interruptible requests still decoding end with the tokens written so far and finish
+      "length", those never started with no tokens. They fill the slots the others leave idle.
 
     Invalid requests (empty, too long, ids outside the vocabulary, max_new_tokens <= 0) get a
     result with finish_reason "error" and a message; the others still run.
@@ -207,7 +212,8 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens, tempera
         if problem:
             results[i] = GenerationResult([], [], "error", f"prompt {i}: {problem}")
             continue
-        requests.append(_Request(i, tokens.astype(np.int32), int(budgets[i]), keys[i]))
+        requests.append(_Request(i, tokens.astype(np.int32), int(budgets[i]), keys[i],
+                                 bool(interruptible[i]) if interruptible is not None else False))
     if requests:
         slots = num_slots or min(256, 1 << (len(requests) - 1).bit_length())
         if not isinstance(slots, int) or slots <= 0:
@@ -238,7 +244,20 @@ def _run(cfg, graphdef, params, strategy, stops, requests, slots, max_prefill, p
     queue = collections.deque(requests)
     free = list(range(slots))
     in_slot: list[_Request | None] = [None] * slots
+    required = sum(not r.optional for r in requests)
     while queue or any(r is not None for r in in_slot):
+        if required == 0 and len(requests) > sum(r.optional for r in requests):
+            # every required request ended: interrupt the interruptible ones
+            toks, lps = fetch((out_t, out_lp))
+            count = fetch(state.step_B)
+            for s in range(slots):
+                if in_slot[s] is not None:
+                    c = int(count[s])
+                    yield in_slot[s], GenerationResult(toks[s, :c].tolist(), lps[s, :c].tolist(),
+                                                       "length")
+            for r in queue:
+                yield r, GenerationResult([], [], "length")
+            return
         if queue and free:
             take = [queue.popleft() for _ in range(min(len(free), len(queue)))]
             for group in _prefill_groups(take, max_prefill, rows_per_prefill):
@@ -247,8 +266,12 @@ def _run(cfg, graphdef, params, strategy, stops, requests, slots, max_prefill, p
                     in_slot[s] = r
                 state = _prefill_insert(graphdef, params, strategy, state, group, used, slots,
                                         max_prefill, place)
+        # With required requests in flight beside interruptible ones, return as soon as any
+        # slot finishes, so that the call can stop when the last required one ends.
+        watch = bool(queue) or (required > 0 and any(r is not None and r.optional
+                                                     for r in in_slot))
         state, out_t, out_lp, _ = core.run_chunk(graphdef, strategy, stops, params, state, out_t,
-                                                 out_lp, n_out + 1, bool(queue))
+                                                 out_lp, n_out + 1, watch)
         finish, count = fetch((state.finish_B, state.step_B))
         done = [s for s in range(slots) if in_slot[s] is not None and finish[s] != core.RUNNING]
         if not done:
@@ -258,6 +281,7 @@ def _run(cfg, graphdef, params, strategy, stops, requests, slots, max_prefill, p
             r, c = in_slot[s], int(count[s])
             yield r, GenerationResult(toks[s, :c].tolist(), lps[s, :c].tolist(),
                                       core.FINISH_REASONS[int(finish[s])])
+            required -= not r.optional
             in_slot[s] = None
             free.append(s)
 

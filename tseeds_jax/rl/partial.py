@@ -1,0 +1,298 @@
+"""Partial rollouts continued as seeds, under a bounded staleness (docs/async.md).
+
+Letters: B groups trained per step, G responses per group, R response width, C = `partial_tokens`
+(new tokens a response may decode per step), s = `max_staleness`.
+
+A pool holds the groups in flight (at most `groups_in_flight`, default B (s + 1)). Step k:
+  1. admit: new groups from the prompt stream while the pool has room and fewer than
+     B (k + 1 + s) groups were admitted over the run (AReaL's admission rule);
+  2. decode: one sampler call over every unfinished response of the pool, each request being
+     prompt + the response's tokens so far. A response of a group admitted at step k - s or
+     earlier ("due") gets its whole remaining budget, every other one at most C tokens: the call
+     ends after C decode steps instead of waiting for the longest response, and responses that
+     did not finish are interrupted with their tokens, the sampler's log-probs and the version
+     (step) of every token;
+  3. the batch: the B oldest complete groups (all G responses finished), by admission step then
+     admission order. Should fewer than B be complete, further calls give the oldest unfinished
+     groups their whole budget until B are (`partial_calls` counts the calls);
+  4. the groups that stay in flight get, for the tokens this step wrote, the learner's log-probs
+     under this step's parameters (the version that wrote them): the convention of the refresh
+     cycle ("behavior log-probs come from the learner's forward pass under pi_b").
+A trained response is then a Thinking Seeds sample: its tokens written by earlier versions are
+the seed (`seed_logp`: the learner's log-probs under the version that wrote each token, so the
+seed ratio is the mixed-source pi_theta / pi_version), its tokens written at step k the
+continuation (ratio over pi_old = this step's policy). The sampler's log-probs of the seed
+tokens are kept beside them (`Sample.seed_sampler_logp`) for rollout correction and the gap
+metrics; `Sample.versions` holds every response token's version.
+
+Staleness bound: by step k - s at most B (k + 1) groups were admitted and B k were trained
+before step k (B per step), so at most B untrained groups are due at step k; they finish in step
+k's first call and, being the oldest complete groups, are trained at step k. So no trained token
+is more than s versions older than the learner. s = 0 makes every group due at once: synchronous training
+through this path. With `partial_tokens` = 0 this module is not used at all and the trainer
+runs today's synchronous step unchanged.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from typing import Any
+
+import numpy as np
+
+from tseeds_jax.rl import rollout
+from tseeds_jax.rl.loss_plugins import Plugin, RowStats
+
+ROLLOUT_STREAM, PARTIAL_STREAM = 1, 4  # trainer.ROLLOUT (a step's first call); further calls
+INDEX_WRAP = 1 << 62  # request indices of groups admitted before this step's first are wrapped
+
+
+def stream_seed(run_seed: int, step: int, stream: int, extra: int = 0) -> int:
+    return int(np.random.SeedSequence([run_seed, step, stream, extra]).generate_state(1)[0] >> 1)
+
+
+@dataclasses.dataclass
+class Response:
+    """One response in flight: its tokens so far and, per token, the sampler's log-prob, the
+    learner's log-prob under the version that wrote it (filled after that version's step) and
+    that version. finish: "" while in flight, else "stop" | "length"."""
+
+    tokens: list[int] = dataclasses.field(default_factory=list)
+    sampler_logp: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.float32))
+    learner_logp: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.float32))
+    versions: np.ndarray = dataclasses.field(default_factory=lambda: np.zeros(0, np.int32))
+    finish: str = ""
+
+
+@dataclasses.dataclass
+class Group:
+    gid: int  # admission order over the run (B per step in steady state)
+    admitted: int  # the step that admitted it
+    prompt_ids: list[int]
+    reference: Any
+    responses: list[Response]
+
+    @property
+    def done(self) -> bool:
+        return all(r.finish for r in self.responses)
+
+
+def slots_of(n_requests: int, sampler_slots: int = 0) -> int:
+    """Decode slots of a sampler call (`make_sample_fn` / `sampling.generate`'s default)."""
+    if n_requests <= 0:
+        return 0
+    return sampler_slots or min(256, 1 << (n_requests - 1).bit_length())
+
+
+def occupancy(lengths: list[int], sampler_slots: int = 0) -> tuple[int, int]:
+    """(tokens decoded, slot-steps spent) of one sampler call whose requests all start together
+    (requests <= slots): every decode step runs every slot until the longest request ends."""
+    if not lengths:
+        return 0, 0
+    slots = slots_of(len(lengths), sampler_slots)
+    waves = -(-len(lengths) // slots)  # more requests than slots: later waves refill slots
+    return int(sum(lengths)), int(slots * max(lengths) * waves)
+
+
+class PartialRollouts(Plugin):
+    """The pool of groups in flight; its state is checkpointed with the run (key "partial")."""
+
+    key = "partial"
+
+    def __init__(self, cfg, stats: RowStats):
+        r, st = cfg.rollout, cfg.stale
+        self.b, self.g, self.r = r.batch_prompts, r.group_size, r.max_response_len
+        self.chunk, self.s = st.partial_tokens, st.max_staleness
+        self.capacity = st.groups_in_flight or self.b * (self.s + 1)
+        self.run_seed, self.slots = cfg.seed, cfg.hardware.sampler_slots
+        self.stats = stats
+        self.interrupt = bool(getattr(st, "partial_interrupt", False))
+        self.pool: list[Group] = []
+        self.next_gid = 0
+
+    # ---- one step ----
+    def next_batch(self, sample_fn, take, sampler_params, params, step: int):
+        """(samples, info) to train at `step`. take(n) -> (prompt id lists, references)."""
+        room = min(self.capacity - len(self.pool), self.b * (step + 1 + self.s) - self.next_gid)
+        if room > 0:
+            prompts, refs = take(room)
+            for p, ref in zip(prompts, refs):
+                self.pool.append(Group(self.next_gid, step, list(p), ref,
+                                       [Response() for _ in range(self.g)]))
+                self.next_gid += 1
+        tally = {"decoded": 0, "slot_steps": 0, "calls": 0}
+        self._decode(sample_fn, sampler_params, step, self.pool, tally,
+                     full=lambda grp: step - grp.admitted >= self.s)
+        while True:
+            ready = sorted((x for x in self.pool if x.done), key=_age_order)
+            if len(ready) >= self.b:
+                break
+            pending = sorted((x for x in self.pool if not x.done), key=_age_order)
+            self._decode(sample_fn, sampler_params, step, pending[: self.b - len(ready)], tally,
+                         full=lambda grp: True)
+        train = ready[: self.b]
+        chosen = {x.gid for x in train}
+        self.pool = [x for x in self.pool if x.gid not in chosen]
+        t0 = time.perf_counter()
+        self._annotate(params, step)
+        stats_s = time.perf_counter() - t0
+        samples = [self._sample(i, grp, resp, step) for i, grp in enumerate(train)
+                   for resp in grp.responses]
+        info = {"partial_calls": tally["calls"], "partial_decoded_tokens": tally["decoded"],
+                "slot_occupancy": tally["decoded"] / max(tally["slot_steps"], 1),
+                "partial_groups_in_flight": len(self.pool),
+                "partial_responses_in_flight": sum(not r.finish for x in self.pool
+                                                   for r in x.responses),
+                "group_staleness_max": max(step - x.admitted for x in train),
+                "time_partial_stats": stats_s}  # inside time_rollout
+        info.update(version_metrics(samples, step))
+        return samples, info
+
+    def _decode(self, sample_fn, sampler_params, step, groups, tally, *, full) -> None:
+        """One sampler call over the unfinished responses of `groups`; appends what it wrote."""
+        todo, requests, budgets, index, optional = [], [], [], [], []
+        due = any(full(grp) and not r.finish for grp in groups for r in grp.responses)
+        for grp in groups:
+            for i, resp in enumerate(grp.responses):
+                if resp.finish:
+                    continue
+                left = self.r - len(resp.tokens)
+                todo.append(resp)
+                requests.append(grp.prompt_ids + resp.tokens)
+                # With due responses in the call (they run to their end), the others may decode
+                # until the last due one ends (`interrupt`: the sampler stops them there);
+                # without, every response decodes at most C tokens.
+                may_stop = self.interrupt and due and not full(grp)
+                optional.append(may_stop)
+                budgets.append(left if full(grp) or may_stop else min(self.chunk, left))
+                # Groups admitted at this step get the synchronous path's indices (group j of
+                # the step, sample i: j G + i) and streams, so that max_staleness = 0 is the
+                # synchronous algorithm bit for bit; older groups' indices wrap (unique).
+                index.append(((grp.gid - self.b * step) * self.g + i) % INDEX_WRAP)
+        if not requests:
+            return
+        seed = ((stream_seed(self.run_seed, step, ROLLOUT_STREAM) if not tally["calls"] else
+                 stream_seed(self.run_seed, step, PARTIAL_STREAM, tally["calls"])), index)
+        kw = {"interruptible": optional} if any(optional) else {}
+        results = sample_fn(sampler_params, requests, budgets, seed, **kw)
+        tally["calls"] += 1
+        lengths = []
+        for resp, (tokens, logp, finish) in zip(todo, results):
+            tokens = [int(t) for t in tokens]
+            lengths.append(len(tokens))
+            resp.tokens += tokens
+            resp.sampler_logp = np.concatenate([resp.sampler_logp, np.asarray(logp, np.float32)])
+            resp.learner_logp = np.concatenate([resp.learner_logp, np.zeros(len(tokens), np.float32)])
+            resp.versions = np.concatenate([resp.versions, np.full(len(tokens), step, np.int32)])
+            if finish == "error":
+                raise RuntimeError("sampler returned an error for a partial rollout")
+            if finish == "stop" or len(resp.tokens) >= self.r:
+                resp.finish = "stop" if finish == "stop" else "length"
+        done, spent = occupancy(lengths, self.slots)
+        tally["decoded"] += done
+        tally["slot_steps"] += spent
+
+    def _annotate(self, params, step: int) -> None:
+        """Learner log-probs under `params` (version `step`) of the tokens this step wrote into
+        the responses that stay in the pool (their seed denominators when trained later)."""
+        rows = [(grp, resp) for grp in self.pool for resp in grp.responses
+                if len(resp.versions) and resp.versions[-1] == step]
+        if not rows:
+            return
+        tokens, attn = rollout.sequences_for_stats([(g.prompt_ids, r.tokens) for g, r in rows],
+                                                   self.stats.prompt_width, self.r,
+                                                   self.stats.pad_id)
+        # Rows padded to a power of two (repeats of row 0, dropped after): the statistics pass
+        # compiles once per bucket, not once per number of responses in flight.
+        pad = (1 << (len(rows) - 1).bit_length()) - len(rows)
+        tokens = np.concatenate([tokens, np.repeat(tokens[:1], pad, 0)])
+        attn = np.concatenate([attn, np.repeat(attn[:1], pad, 0)])
+        logp = self.stats.logp_entropy(params, tokens, attn, self.r)[0][: len(rows)]
+        for j, (_, resp) in enumerate(rows):
+            new = resp.versions == step
+            resp.learner_logp = np.where(new, logp[j, : len(resp.tokens)],
+                                         resp.learner_logp).astype(np.float32)
+
+    def _sample(self, i: int, grp: Group, resp: Response, step: int) -> rollout.Sample:
+        h = int(np.sum(resp.versions < step))  # versions rise along a response: a prefix
+        return rollout.Sample(
+            group=i, prompt_ids=list(grp.prompt_ids), reference=grp.reference,
+            seed_ids=resp.tokens[:h], seed_logp=resp.learner_logp[:h].copy(),
+            cont_ids=resp.tokens[h:], cont_logp=resp.sampler_logp[h:].copy(),
+            finish=resp.finish, versions=resp.versions.copy(),
+            seed_sampler_logp=resp.sampler_logp[:h].copy())
+
+    # ---- checkpointing ----
+    def state(self):
+        if not self.next_gid:
+            return None
+        resps = [r for g in self.pool for r in g.responses]
+        flat = rollout._flat  # ragged arrays + one pad row (Orbax refuses zero-size arrays)
+        tree = {
+            "groups": flat([[g.gid, g.admitted, len(g.prompt_ids)] for g in self.pool], np.int64,
+                           (3,)),
+            "prompt_ids": flat([g.prompt_ids for g in self.pool], np.int32),
+            "lengths": flat([len(r.tokens) for r in resps], np.int64),
+            "tokens": flat([r.tokens for r in resps], np.int32),
+            "sampler_logp": flat([r.sampler_logp for r in resps], np.float32),
+            "learner_logp": flat([r.learner_logp for r in resps], np.float32),
+            "versions": flat([r.versions for r in resps], np.int32),
+        }
+        meta = {"next_gid": self.next_gid, "references": [g.reference for g in self.pool],
+                "finish": [r.finish for r in resps]}
+        return tree, meta
+
+    def load(self, tree, meta):
+        self.pool, self.next_gid = [], 0
+        if meta is None:
+            return
+        self.next_gid = int(meta["next_gid"])
+        a = {k: np.asarray(v) for k, v in tree.items()}
+        groups = a["groups"][: len(meta["references"])]
+        lengths = a["lengths"][: len(meta["finish"])].tolist()
+        ends = np.cumsum(lengths).tolist()
+        p_at = 0
+        for j, ((gid, admitted, lp), ref) in enumerate(zip(groups.tolist(), meta["references"])):
+            rs = []
+            for i in range(j * self.g, (j + 1) * self.g):
+                lo, hi = ends[i] - lengths[i], ends[i]
+                rs.append(Response(a["tokens"][lo:hi].tolist(), a["sampler_logp"][lo:hi].copy(),
+                                   a["learner_logp"][lo:hi].copy(), a["versions"][lo:hi].copy(),
+                                   meta["finish"][i]))
+            self.pool.append(Group(int(gid), int(admitted), a["prompt_ids"][p_at : p_at + lp]
+                                   .tolist(), ref, rs))
+            p_at += lp
+
+
+def _age_order(grp: Group) -> tuple[int, int]:
+    return grp.admitted, grp.gid
+
+
+def version_metrics(samples: list[rollout.Sample], step: int) -> dict[str, float]:
+    """Per-token versions of a trained batch: tokens per age (step - version), the share of
+    tokens per source, and the sampler-vs-learner log-prob gap of the seed tokens per age (the
+    continuation's gap is the learner's `sampler_learner_gap`)."""
+    ages, gaps = [], []
+    n_seed = n_all = 0
+    for s in samples:
+        if s.versions is None:
+            continue
+        ages.append(step - np.asarray(s.versions))
+        h = len(s.seed_ids)
+        n_seed += h
+        n_all += len(s.versions)
+        if h and s.seed_sampler_logp is not None:
+            gaps.append((step - np.asarray(s.versions[:h]),
+                         np.abs(np.asarray(s.seed_logp, np.float64) - s.seed_sampler_logp)))
+    out: dict[str, float] = {"token_share/seed": n_seed / max(n_all, 1),
+                             "token_share/continuation": (n_all - n_seed) / max(n_all, 1)}
+    age = np.concatenate(ages) if ages else np.zeros(0, np.int64)
+    for a in np.unique(age).tolist():
+        out[f"token_age/{a}"] = float(np.sum(age == a))
+    if gaps:
+        ga = np.concatenate([x for x, _ in gaps])
+        gv = np.concatenate([y for _, y in gaps])
+        for a in np.unique(ga).tolist():
+            out[f"logp_gap_age/{a}"] = float(gv[ga == a].mean())
+    return out

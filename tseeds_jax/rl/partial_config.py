@@ -1,0 +1,46 @@
+"""Checks of the partial-rollout and rollout-correction fields (`config.stale`, rl/partial.py); a
+leaf module, so that `rl/config.py` can call it without importing the trainer's modules."""
+
+from __future__ import annotations
+
+from tseeds_jax.rl.config_fields import ConfigValueError
+from tseeds_jax.rl.rollout_correction import MODES
+
+
+def check_config(cfg) -> None:
+    """ConfigValueError naming the field for bad partial-rollout / rollout-correction settings."""
+    st = cfg.stale
+
+    def bad(field, value, why):
+        raise ConfigValueError(f"config.stale.{field}={value!r}: {why}")
+
+    for name in ("partial_tokens", "max_staleness", "groups_in_flight"):
+        v = getattr(st, name)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            bad(name, v, "must be an integer >= 0")
+    if st.correction not in MODES:
+        bad("correction", st.correction, f"known: {MODES}")
+    t = st.correction_threshold
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 1.0:
+        bad("correction_threshold", t, "must be a number > 1")
+    if not st.partial_tokens:
+        return
+    if st.steps:
+        bad("partial_tokens", st.partial_tokens, "partial rollouts bound their staleness "
+            "themselves (max_staleness): set stale.steps=0")
+    if cfg.seeds.refresh_interval > 1:
+        bad("partial_tokens", st.partial_tokens, "partial rollouts do not yet combine with "
+            "Thinking Seeds refreshes (set seeds.refresh_interval=1; docs/async.md)")
+    if cfg.offpolicy.source:
+        bad("partial_tokens", st.partial_tokens, "partial rollouts do not combine with LUFFY "
+            "traces (offpolicy.source)")
+    if cfg.advantage.filter_groups:
+        bad("partial_tokens", st.partial_tokens, "partial rollouts do not combine with "
+            "advantage.filter_groups yet")
+    if st.groups_in_flight and st.groups_in_flight < cfg.rollout.batch_prompts:
+        bad("groups_in_flight", st.groups_in_flight,
+            f"must be 0 or >= rollout.batch_prompts={cfg.rollout.batch_prompts}")
+    if st.partial_tokens >= cfg.rollout.max_response_len:
+        bad("partial_tokens", st.partial_tokens,
+            f"must be < rollout.max_response_len={cfg.rollout.max_response_len} (else nothing "
+            "is ever interrupted)")

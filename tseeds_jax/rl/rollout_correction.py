@@ -1,0 +1,59 @@
+"""Rollout correction: masked importance weights between the sampler and the learner.
+
+Letters: B rows, R response positions.
+
+The sampler's log-probs (its own kernels, dtype, possibly an older version for carried tokens) are
+not the learner's. Per token the importance weight of the learner's ratio denominator over the
+sampler is w = pi_den / pi_sampler, with pi_den the denominator the loss already uses: the
+learner's log-probs under the policy that wrote the token (seed tokens: `behavior_logp_BR`,
+continuation tokens: pi_old). As verl's rollout correction in its masking modes:
+
+  token_mask  tokens with w outside [1/t, t] leave the loss (their response mask is zeroed, so
+              they leave the token-mean denominators too);
+  seq_mask    rows whose geometric-mean w (exp of the mean log w over the row's tokens) leaves
+              [1/t, t] leave the loss whole.
+
+Masking composes with the mixed-source ratio by removing tokens, never by changing the ratio:
+the kept seed tokens keep pi_theta / pi_b, the kept continuation tokens pi_theta / pi_old.
+Truncated weights (TIS, w capped and multiplied into the token loss) need a per-token weight
+in the learner's loss and are not offered here (docs/async.md).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+MODES = ("off", "token_mask", "seq_mask")
+
+
+def log_weights(resp_BR, seed_BR, behavior_logp_BR, old_logp_BR, sampler_logp_BR) -> np.ndarray:
+    """[B, R] float64 log w = log pi_den - log pi_sampler on response tokens, 0 elsewhere."""
+    resp = np.asarray(resp_BR) > 0
+    den = np.where(np.asarray(seed_BR) > 0, behavior_logp_BR, old_logp_BR).astype(np.float64)
+    return np.where(resp, den - np.asarray(sampler_logp_BR, np.float64), 0.0)
+
+
+def correction_mask(resp_BR, log_w_BR, mode: str, threshold: float):
+    """(new response mask [B, R] float32, metrics): `resp_BR` with the masked tokens zeroed."""
+    if mode not in MODES:
+        raise ValueError(f"rollout correction mode {mode!r}: known {MODES}")
+    if not threshold > 1.0:
+        raise ValueError(f"rollout correction threshold {threshold!r}: must be > 1")
+    resp = np.asarray(resp_BR, np.float32)
+    on = resp > 0
+    bound = float(np.log(threshold))
+    log_w = np.asarray(log_w_BR, np.float64)
+    if mode == "off":
+        keep = on
+    elif mode == "token_mask":
+        keep = on & (np.abs(log_w) <= bound)
+    else:
+        n = on.sum(axis=1)
+        mean = np.where(n > 0, (log_w * on).sum(axis=1) / np.maximum(n, 1), 0.0)
+        keep = on & (np.abs(mean) <= bound)[:, None]
+    total = max(int(on.sum()), 1)
+    w = np.exp(np.clip(log_w[on], -20.0, 20.0)) if on.any() else np.ones(1)
+    metrics = {"rc_masked_token_frac": float((on & ~keep).sum() / total),
+               "rc_abs_log_w_mean": float(np.abs(log_w[on]).mean()) if on.any() else 0.0,
+               "rc_w_max": float(w.max()), "rc_w_min": float(w.min())}
+    return np.where(keep, resp, 0.0).astype(np.float32), metrics
