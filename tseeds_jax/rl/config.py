@@ -164,6 +164,9 @@ class TrainConfig:
             bad("rollout.top_p", r.top_p, "must be in (0, 1]")
         if r.top_k < 0:
             bad("rollout.top_k", r.top_k, "must be >= 0 (0 disables top-k)")
+        from tseeds_jax.scale.length_distribution import parse as parse_lengths  # estimate only
+
+        parse_lengths(r.length_distribution)
         positive_int("seeds.refresh_interval", s.refresh_interval)
         if s.truncation not in TRUNCATIONS:
             bad("seeds.truncation", s.truncation, f"unknown truncation; known: {TRUNCATIONS}")

@@ -94,6 +94,9 @@ class Result:
     compiled: list  # [compile_programs.Compiled]
     failures: list = dataclasses.field(default_factory=list)  # [(program, kernel_impl, error)]
     scheduler_memory_percent: int = 0  # 0: libtpu's default (compile_programs.SCHEDULER_FLAG)
+    # step_model.estimate's own knobs (update_s, max_staleness, budget_tokens, reprefill,
+    # placement) for the summary's "step_model"; `tseeds compile` sets them from its flags
+    step_params: dict = dataclasses.field(default_factory=dict)
 
     @property
     def usable(self) -> int:
@@ -193,6 +196,14 @@ class Result:
                 out.update(step_times(self, t_upd, t_step + ici(step), roof(stats), s,
                                       t_sync=_sync_s(self, roof, ici),
                                       t_step_on=roof(on) + ici(on) if on else None))
+            inputs = step_model_inputs(self, s, roof, ici)
+            if inputs is not None:
+                out["step_model_inputs"] = inputs
+                params = dict(self.step_params)
+                if params.get("update_s") is None:
+                    params["update_s"] = (out["learner_roofline_ici_serial_s"] if upd is not None
+                                          else None)
+                out["step_model"] = step_model_from_inputs(inputs, **params)
         return out
 
 
@@ -242,6 +253,68 @@ def decode_layout_summary(res: Result, step, s, chip) -> dict[str, Any]:
         if t_live + ici_s else 0.0,
         decode_hbm_limit_tokens_per_s_per_chip=dict(full_cache=limit(cache_len),
                                                       live_context=limit(f * cache_len)))
+
+
+def step_model_inputs(res: Result, s, roof, ici) -> dict[str, Any] | None:
+    """What `step_model` needs, from the compiled on-policy call (a step's rows on the slots the
+    decode layout sizes for them): the decode step split into its KV-cache reads (the ragged
+    kernel's operands, read only up to each slot's length at run time) and the rest, the prefill
+    cost per token (the largest bucket's program over its rows x width), the weight sync. JSON
+    only, so that a saved `tseeds compile --json` output can be estimated again
+    (`python -m tseeds_jax.scale.step_model_cli`)."""
+    from tseeds_jax.chips import chip as chip_row
+    from tseeds_jax.scale import length_distribution
+
+    t = res.target
+    cfg = t.cfg
+    chip = chip_row(t.family)
+    step = res.by_name("sampler_decode_step_onpolicy") or res.by_name("sampler_decode_step")
+    pre = [c for c in res.compiled if c.name.startswith("sampler_prefill_")]
+    if step is None or not sharded(cfg):
+        return None
+    slots = s.get("onpolicy_slots", s["slots"]) if step.name.endswith("onpolicy") else s["slots"]
+    p, r = t.widths
+    prefill = 0.0
+    if pre:
+        top = max(pre, key=lambda c: int(c.name.rsplit("_", 1)[1]))
+        width = int(top.name.rsplit("_", 1)[1])
+        prefill = (roof(top) + ici(top)) / (s["rows"][width] * width)
+    return dict(
+        topology=t.topology,
+        chips=t.mesh.size, replicas=s["shards"], requests=t.rows, slots=slots, prompt_len=p,
+        max_response_len=r, cache_len=s["cache_len"],
+        length_distribution=cfg.rollout.length_distribution,
+        default_length_distribution=length_distribution.DEFAULT,
+        decode_fixed_s=(step.bytes_accessed - step.decode_cache_bytes) / chip.hbm_bandwidth,
+        decode_kv_s_per_token=step.decode_cache_bytes / (slots * s["cache_len"])
+        / chip.hbm_bandwidth,
+        decode_flops_s=step.flops / chip.bf16_flops, decode_ici_s=ici(step),
+        decode_program=step.name, prefill_s_per_token=prefill,
+        sync_s=_sync_s(res, roof, ici))
+
+
+def step_model_from_inputs(inputs: dict[str, Any], *, update_s: float | None,
+                           length_distribution: str | None = None, **params) -> dict[str, Any]:
+    """`step_model.estimate` of the on-policy step from `step_model_inputs` (its length
+    distribution unless one is given); update_s None: the update is left out (0) and said so."""
+    from tseeds_jax.scale import length_distribution as ld
+    from tseeds_jax.scale import step_model
+
+    spec = length_distribution or inputs["length_distribution"]
+    dist = ld.parse(spec)
+    lengths = dist.lengths(inputs["requests"], inputs["max_response_len"])
+    cost = step_model.DecodeCost(inputs["slots"], inputs["decode_fixed_s"],
+                                 inputs["decode_kv_s_per_token"], inputs["decode_flops_s"],
+                                 inputs["decode_ici_s"])
+    est = step_model.estimate(lengths, cost, prompt_len=inputs["prompt_len"],
+                              update_s=update_s or 0.0, chips=inputs["chips"],
+                              prefill_s_per_token=inputs["prefill_s_per_token"],
+                              sync_s=inputs["sync_s"], replicas=inputs["replicas"], **params)
+    est["length_distribution"] = dict(spec=dist.spec, mean_fraction=sum(lengths) / len(lengths)
+                                      / inputs["max_response_len"], cap_share=dist.cap_share())
+    est["update_included"] = update_s is not None
+    est["basis"] = inputs.get("basis", "compile-only bounds")
+    return est
 
 
 def _sync_s(res: Result, roof, ici) -> float:
