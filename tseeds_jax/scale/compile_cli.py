@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import sys
 
-from tseeds_jax.scale import config_flags_cli
+from tseeds_jax.scale import config_flags_cli, step_report
 
 
 def _parse(argv: list[str]):
@@ -56,61 +56,12 @@ def _parse(argv: list[str]):
                              "may fill (its xla_tpu_scheduler_percent_shared_memory_limit; 0: "
                              "libtpu's default, 95)", flag_values=fv)
         flags.DEFINE_bool("json", False, "print JSON", flag_values=fv)
-        step_model_flags(flags, fv)
+        step_report.step_model_flags(flags, fv)
         flags.DEFINE_string("record", None, "also write the result as a result record (JSON, "
                             "kind 'compile-only bound') to this path, e.g. "
                             "docs/results/NAME.json (tseeds_jax.results_record)", flag_values=fv)
 
     return config_flags_cli.parse("tseeds compile", __doc__, argv, define)
-
-
-def step_model_flags(flags, fv) -> None:
-    """The step model's own knobs (scale/step_model.py), shared with `tseeds plan`."""
-    flags.DEFINE_float("update_s", None, "step model: the learner update's seconds (default: "
-                       "the compiled update's roofline + ICI, else left out)", flag_values=fv)
-    flags.DEFINE_integer("max_staleness", 1, "step model: versions a token may lag (reported, "
-                         "not enforced)", flag_values=fv)
-    flags.DEFINE_float("budget_tokens", None, "step model: async token budget per step "
-                       "(default: the sync batch's tokens)", flag_values=fv)
-    flags.DEFINE_bool("keep_kv", False, "step model: interrupted responses keep their KV cache "
-                      "(default: the seed path prefills them again)", flag_values=fv)
-    flags.DEFINE_enum("async_placement", "interleaved", ["interleaved", "split"], "step model: "
-                      "async generation and update on the same chips, or on split sub-meshes",
-                      flag_values=fv)
-
-
-def step_params(fv) -> dict:
-    return dict(update_s=fv.update_s, max_staleness=fv.max_staleness,
-                budget_tokens=fv.budget_tokens, reprefill=not fv.keep_kv,
-                placement=fv.async_placement)
-
-
-def step_model_lines(est: dict) -> list[str]:
-    """The step model's summary (sync vs async on-policy step) as text lines."""
-    sy, a, dist = est["sync"], est["async"], est["length_distribution"]
-    curve = " ".join(f"{x:.2f}" for x in sy["occupancy_curve"])
-    upd = "" if est["update_included"] else " (update not included: pass --update-s)"
-    lines = [
-        f"step model ({dist['spec']}: mean {dist['mean_fraction']:.2f} R, "
-        f"{dist['cap_share']:.0%} at the cap; an estimate on {est['basis']}){upd}:",
-        f"  sync: {sy['step_s']:.2f} s = generation {sy['generation_s']:.2f} (decode "
-        f"{sy['decode_steps']} steps {sy['decode_s']:.2f} s, prefill {sy['prefill_s']:.2f}) + "
-        f"update {sy['update_s']:.2f}; {sy['tokens_per_s_per_chip']:.0f} tokens/s/chip; slot "
-        f"occupancy {sy['occupancy']:.2f} (by tenths of the call: {curve})",
-        f"  async ({a['placement']}, partial rollouts, budget {a['tokens']:.0f} tokens): "
-        f"{a['step_s']:.2f} s = generation {a['generation_s']:.2f} (decode "
-        f"{a['decode_steps']:.0f} steps {a['decode_s']:.2f} s, prefill {a['prefill_s']:.2f}, "
-        f"re-prefill {a['reprefill_s']:.2f}) + update {a['update_s']:.2f}; "
-        f"{a['tokens_per_s_per_chip']:.0f} tokens/s/chip; occupancy 1.00",
-        f"  async / sync tokens/s/chip = {est['speedup']:.2f}x; responses older than "
-        f"max_staleness={a['max_staleness']}: {a['responses_over_staleness']:.0%} (token lag "
-        "shares " + " ".join(f"{x:.2f}" for x in a["token_lag_share"]) + ")"]
-    if a["split"]:
-        sp = a["split"]
-        lines.append(f"  async split: sampler on {sp['sampler_replicas']} of {sp['replicas']} "
-                     f"replicas: {sp['step_s']:.2f} s ({sp['tokens_per_s_per_chip']:.0f} "
-                     "tokens/s/chip)")
-    return lines
 
 
 def _gib(n: float) -> str:
@@ -186,7 +137,7 @@ def markdown(res, plan=None) -> str:
                      f"{s['seeded_step_s']:.1f} s (ratio {a['ratio']}, T {a['T']}): "
                      f"seeded / on-policy = {s['seeded_over_onpolicy']:.2f}")
     if "step_model" in s:
-        lines += step_model_lines(s["step_model"])
+        lines += step_report.step_model_lines(s["step_model"])
     for name, impl, err in res.failures:
         lines.append(f"FAILED: {name} with kernel_impl={impl}: {err}")
     lines.append(f"fits: {'yes' if s['fits'] else 'NO'}")
@@ -237,7 +188,7 @@ def main(argv: list[str]) -> int:
     except (ConfigValueError, ValueError) as e:
         print(f"tseeds compile: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
-    res.step_params = step_params(fv)
+    res.step_params = step_report.step_params(fv)
     broken = [(n, e) for n, kind, e in res.failures if kind == "compile"]
     unpartitioned = res.pallas_failures
     if unpartitioned:

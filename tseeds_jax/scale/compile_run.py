@@ -203,6 +203,8 @@ class Result:
                 if params.get("update_s") is None:
                     params["update_s"] = (out["learner_roofline_ici_serial_s"] if upd is not None
                                           else None)
+                from tseeds_jax.scale.step_report import step_model_from_inputs
+
                 out["step_model"] = step_model_from_inputs(inputs, **params)
         return out
 
@@ -263,7 +265,7 @@ def step_model_inputs(res: Result, s, roof, ici) -> dict[str, Any] | None:
     only, so that a saved `tseeds compile --json` output can be estimated again
     (`python -m tseeds_jax.scale.step_model_cli`)."""
     from tseeds_jax.chips import chip as chip_row
-    from tseeds_jax.scale import length_distribution
+    from tseeds_jax.rl import length_distribution
 
     t = res.target
     cfg = t.cfg
@@ -291,30 +293,6 @@ def step_model_inputs(res: Result, s, roof, ici) -> dict[str, Any] | None:
         decode_flops_s=step.flops / chip.bf16_flops, decode_ici_s=ici(step),
         decode_program=step.name, prefill_s_per_token=prefill,
         sync_s=_sync_s(res, roof, ici))
-
-
-def step_model_from_inputs(inputs: dict[str, Any], *, update_s: float | None,
-                           length_distribution: str | None = None, **params) -> dict[str, Any]:
-    """`step_model.estimate` of the on-policy step from `step_model_inputs` (its length
-    distribution unless one is given); update_s None: the update is left out (0) and said so."""
-    from tseeds_jax.scale import length_distribution as ld
-    from tseeds_jax.scale import step_model
-
-    spec = length_distribution or inputs["length_distribution"]
-    dist = ld.parse(spec)
-    lengths = dist.lengths(inputs["requests"], inputs["max_response_len"])
-    cost = step_model.DecodeCost(inputs["slots"], inputs["decode_fixed_s"],
-                                 inputs["decode_kv_s_per_token"], inputs["decode_flops_s"],
-                                 inputs["decode_ici_s"])
-    est = step_model.estimate(lengths, cost, prompt_len=inputs["prompt_len"],
-                              update_s=update_s or 0.0, chips=inputs["chips"],
-                              prefill_s_per_token=inputs["prefill_s_per_token"],
-                              sync_s=inputs["sync_s"], replicas=inputs["replicas"], **params)
-    est["length_distribution"] = dict(spec=dist.spec, mean_fraction=sum(lengths) / len(lengths)
-                                      / inputs["max_response_len"], cap_share=dist.cap_share())
-    est["update_included"] = update_s is not None
-    est["basis"] = inputs.get("basis", "compile-only bounds")
-    return est
 
 
 def _sync_s(res: Result, roof, ici) -> float:

@@ -55,7 +55,7 @@ def _parse(argv: list[str]):
                              "share of HBM (0: libtpu's default)", flag_values=fv)
         flags.DEFINE_string("compiled", None, "saved `tseeds compile --json` files to compare "
                             "with (comma-separated)", flag_values=fv)
-        from tseeds_jax.scale.compile_cli import step_model_flags
+        from tseeds_jax.scale.step_report import step_model_flags
 
         step_model_flags(flags, fv)
 
@@ -184,7 +184,7 @@ def main(argv: list[str]) -> int:
         if compared is not None:
             print(render_compared(compared))
         if steps is not None:
-            from tseeds_jax.scale.compile_cli import step_model_lines
+            from tseeds_jax.scale.step_report import step_model_lines
 
             print("\n".join(["", "  " + steps["how"]] + ["  " + x for x in
                                                           step_model_lines(steps)]))
@@ -196,8 +196,7 @@ def step_estimate(plan, fv) -> dict | None:
     --update-s, else 6 x params x B x (P + R) FLOPs over every chip's peak (a lower bound).
     None when the sampler is not on the decode layout of a known chip."""
     from tseeds_jax.scale import step_model
-    from tseeds_jax.scale.compile_cli import step_params
-    from tseeds_jax.scale.compile_run import step_model_from_inputs
+    from tseeds_jax.scale.step_report import step_model_from_inputs, step_params
 
     inputs = step_model.plan_inputs(plan.workload, plan.hbm_bytes)
     if inputs is None:

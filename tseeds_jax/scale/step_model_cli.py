@@ -27,7 +27,7 @@ def _load(path: str) -> dict:
 
 def estimate_files(paths: str, args) -> dict:
     """The estimate for one "SAMPLER.json[,LEARNER.json]" argument."""
-    from tseeds_jax.scale.compile_run import step_model_from_inputs
+    from tseeds_jax.scale.step_report import step_model_from_inputs
 
     sampler, *rest = paths.split(",")
     summary = _load(sampler)["summary"]
@@ -66,7 +66,7 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--record", default=None)
     ap.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
-    from tseeds_jax.scale.compile_cli import step_model_lines
+    from tseeds_jax.scale.step_report import step_model_lines
 
     out = {}
     for paths in args.files:
