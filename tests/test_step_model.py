@@ -148,14 +148,74 @@ def test_config_validates_the_field():
         TrainConfig.from_config(cd)
 
 
-def test_plan_cli_prints_sync_and_async(capsys):
+def test_plan_cli_prints_sync_and_async(tmp_path, capsys):
     from tseeds_jax.scale import plan_cli
 
-    rc = plan_cli.main(["--config", "configs/r1_distill_qwen_1p5b_openr1.py",
-                        "--update-s", "0.5", "--config.rollout.length_distribution=full"])
+    cfg = tmp_path / "c.py"
+    cfg.write_text("from tseeds_jax.rl.config import tiny_config\n"
+                   "def get_config():\n    c = tiny_config()\n    c.model.arch.vocab_size = 64\n"
+                   "    c.hardware.sampler_placement = 'decode'\n    return c\n")
+    base = ["--config", str(cfg), "--accelerator", "v5p-8", "--config.mesh.fsdp=4"]
+    rc = plan_cli.main(base + ["--update-s", "0.5", "--config.rollout.length_distribution=full"])
     out = capsys.readouterr().out
     assert rc == 0
     assert "step model (full: mean 1.00 R, 100% at the cap" in out
     assert "update: --update-s" in out
-    lines = [x for x in out.splitlines() if x.strip().startswith(("sync:", "async ("))]
+    lines = [x.strip() for x in out.splitlines() if x.strip().startswith(("sync:", "async ("))]
     assert len(lines) == 2 and "update 0.50" in lines[0] and "occupancy 1.00" in lines[0]
+    # every response to the cap: the same decode steps either way (32 = R)
+    assert "decode 32 steps" in lines[0] and "decode 32 steps" in lines[1]
+    assert plan_cli.main(base + ["--json"]) == 0
+    import json
+
+    est = json.loads(capsys.readouterr().out)["step_model"]
+    assert est["length_distribution"]["spec"] == ld.DEFAULT.replace("1.0", "1")
+    assert est["sync"]["occupancy"] < 1.0 and est["async"]["occupancy"] == 1.0
+
+
+def _inputs(**kw):
+    base = dict(topology="v6e:2x2", chips=2, replicas=2, requests=4, slots=4, prompt_len=0,
+                max_response_len=6, cache_len=64, length_distribution="full",
+                decode_fixed_s=1.0, decode_kv_s_per_token=0.0, decode_flops_s=0.0,
+                decode_ici_s=0.0, prefill_s_per_token=0.0, sync_s=0.25)
+    base.update(kw)
+    return base
+
+
+def test_step_model_cli_reads_saved_compile_outputs(tmp_path, capsys):
+    import json
+
+    from tseeds_jax import results_record
+    from tseeds_jax.scale import step_model_cli
+
+    sampler, learner = tmp_path / "r1.sampler.json", tmp_path / "r1.learner.json"
+    sampler.write_text(json.dumps({"summary": {"step_model_inputs": _inputs()}}))
+    learner.write_text(json.dumps({"summary": {"learner_roofline_ici_serial_s": 2.0}}))
+    rec = tmp_path / "rec.json"
+    rc = step_model_cli.main([f"{sampler},{learner}", "--keep-kv", "--record", str(rec)])
+    assert rc == 0
+    # every response 6 tokens on 4 slots at 1 s a step: sync = 0.25 + 6 + update 2 = 8.25 s;
+    # async (budget 24 tokens / 4 slots = 6 steps) the same: speed-up 1
+    r = results_record.load(str(rec))
+    assert r["kind"] == "estimate"
+    assert r["values"]["r1__full__sync_step_s"]["value"] == pytest.approx(8.25)
+    assert r["values"]["r1__full__speedup"]["value"] == pytest.approx(1.0)
+    assert r["values"]["r1__full__sync_tokens_per_s_per_chip"]["value"] == pytest.approx(24 / 8.25 / 2)
+    assert "update from" in capsys.readouterr().out
+
+
+def test_step_model_cli_bad_file_is_one_line(tmp_path, capsys):
+    from tseeds_jax.scale import step_model_cli
+
+    bad = tmp_path / "x.json"
+    bad.write_text('{"summary": {}}')
+    assert step_model_cli.main([str(bad)]) == 2
+    assert "no summary.step_model_inputs" in capsys.readouterr().err
+
+
+def test_update_left_out_is_said():
+    from tseeds_jax.scale.step_report import step_model_from_inputs, step_model_lines
+
+    est = step_model_from_inputs(_inputs(), update_s=None)
+    assert not est["update_included"]
+    assert "update not included" in step_model_lines(est)[0]

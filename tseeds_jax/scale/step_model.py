@@ -45,6 +45,8 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
+import numpy as np
+
 PLACEMENTS = ("interleaved", "split")
 
 
@@ -85,26 +87,24 @@ def sync_call(lengths: Sequence[int], cost: DecodeCost, prompt_len: int,
     if slots <= 0:
         raise ValueError(f"slots={slots}: must be positive")
     queue = list(reversed(lengths))
-    target = [0] * slots  # response length in the slot (0: empty)
-    done = [0] * slots  # tokens emitted so far
-    live_count, decode_s, live_trace = 0, 0.0, []
-    for s in range(slots):
-        if queue:
-            target[s] = queue.pop()
-            live_count += 1
-    while live_count:
+    target = np.zeros(slots, np.int64)  # response length in the slot (0: empty)
+    done = np.zeros(slots, np.int64)  # tokens emitted so far
+    for s in range(min(slots, len(queue))):
+        target[s] = queue.pop()
+    decode_s, live_trace = 0.0, []
+    while True:
+        live = done < target
+        n_live = int(live.sum())
+        if not n_live:
+            break
         # a live slot at its token j reads P + j cached positions; a finished slot P + L
-        kv = sum(prompt_len + done[s] for s in range(slots) if target[s])
+        kv = float(((prompt_len + done) * (target > 0)).sum())
         decode_s += cost.step_s(kv)
-        live_trace.append(live_count)
-        for s in range(slots):
-            if target[s] and done[s] < target[s]:
-                done[s] += 1
-                if done[s] == target[s]:
-                    live_count -= 1
-                    if queue:  # the driver refills a finished slot while requests wait
-                        target[s], done[s] = queue.pop(), 0
-                        live_count += 1
+        live_trace.append(n_live)
+        done += live
+        for s in np.flatnonzero(live & (done == target)):
+            if queue:  # the driver refills a finished slot while requests wait
+                target[s], done[s] = queue.pop(), 0
     tokens = sum(lengths)
     steps = len(live_trace)
     return dict(requests=len(lengths), slots=slots, tokens=tokens, decode_steps=steps,

@@ -6,8 +6,9 @@ optional LEARNER.json a `--only learner` output of the same config, whose update
 (serial) is the update time. One line per argument (sync vs async on-policy step); --record
 writes them as a result record (kind "estimate": a model on compile-only bounds).
 
-Options: --length-distribution SPEC (instead of each config's), --max-staleness N, --budget-tokens
-X, --keep-kv, --async-placement interleaved|split, --update-s X (instead of LEARNER.json), --json.
+Options: --length-distribution SPEC[;SPEC...] (instead of each config's; one row per SPEC),
+--max-staleness N, --budget-tokens X, --keep-kv, --async-placement interleaved|split,
+--update-s X (instead of LEARNER.json), --json.
 """
 
 from __future__ import annotations
@@ -25,8 +26,9 @@ def _load(path: str) -> dict:
         return json.load(f)
 
 
-def estimate_files(paths: str, args) -> dict:
-    """The estimate for one "SAMPLER.json[,LEARNER.json]" argument."""
+def estimate_files(paths: str, args, spec: str | None = None) -> dict:
+    """The estimate for one "SAMPLER.json[,LEARNER.json]" argument (length distribution `spec`,
+    default the config's)."""
     from tseeds_jax.scale.step_report import step_model_from_inputs
 
     sampler, *rest = paths.split(",")
@@ -44,7 +46,7 @@ def estimate_files(paths: str, args) -> dict:
             update_s, update_from = s["learner_roofline_ici_serial_s"], path
     inputs = summary["step_model_inputs"]
     est = step_model_from_inputs(
-        inputs, update_s=update_s, length_distribution=args.length_distribution,
+        inputs, update_s=update_s, length_distribution=spec,
         max_staleness=args.max_staleness, budget_tokens=args.budget_tokens,
         reprefill=not args.keep_kv, placement=args.async_placement)
     est["inputs"] = dict(sampler=sampler, update_from=update_from, topology=inputs["topology"],
@@ -69,12 +71,14 @@ def main(argv: list[str]) -> int:
     from tseeds_jax.scale.step_report import step_model_lines
 
     out = {}
+    specs = args.length_distribution.split(";") if args.length_distribution else [None]
     for paths in args.files:
-        try:
-            out[paths] = estimate_files(paths, args)
-        except (OSError, ValueError, KeyError, ConfigValueError) as e:
-            print(f"step_model_cli: {paths}: {e}", file=sys.stderr)
-            return 2
+        for spec in specs:
+            try:
+                out[f"{paths} {spec}" if spec else paths] = estimate_files(paths, args, spec)
+            except (OSError, ValueError, KeyError, ConfigValueError) as e:
+                print(f"step_model_cli: {paths}: {e}", file=sys.stderr)
+                return 2
     if args.json:
         print(json.dumps(out, indent=1))
     else:
@@ -95,11 +99,15 @@ def write_record(path: str, out: dict, argv: list[str]) -> None:
     for paths, est in out.items():
         name = os.path.basename(paths.split(",")[0]).split(".")[0]
         sy, a = est["sync"], est["async"]
+        if est["length_distribution"]["spec"] == "full":
+            name += "__full"
+        split = a["split"]
         rows.append([name, est["inputs"]["topology"], est["length_distribution"]["spec"],
                      f"{sy['step_s']:.2f}", f"{sy['occupancy']:.2f}",
                      f"{sy['tokens_per_s_per_chip']:.0f}", f"{a['step_s']:.2f}",
                      f"{a['tokens_per_s_per_chip']:.0f}", f"**{est['speedup']:.2f}x**",
-                     f"{a['responses_over_staleness']:.0%}"])
+                     f"{split['step_s']:.2f} ({split['sampler_replicas']}/{split['replicas']})"
+                     if split else "-", f"{a['responses_over_staleness']:.0%}"])
         for key, v in (("sync_step_s", sy["step_s"]), ("async_step_s", a["step_s"]),
                        ("sync_tokens_per_s_per_chip", sy["tokens_per_s_per_chip"]),
                        ("async_tokens_per_s_per_chip", a["tokens_per_s_per_chip"]),
@@ -115,7 +123,8 @@ def write_record(path: str, out: dict, argv: list[str]) -> None:
         backend="tpu (compile-only, libtpu) + the step model", values=values,
         table={"columns": ["variant", "target", "lengths", "sync step s", "sync occupancy",
                            "sync tokens/s/chip", "async step s", "async tokens/s/chip",
-                           "speed-up", "responses over max_staleness"], "rows": rows},
+                           "speed-up", "async split step s (sampler replicas)",
+                           "responses over max_staleness"], "rows": rows},
         note="decode / prefill / sync costs from the compiled sampler programs' rooflines, the "
              "update from the compiled learner's roofline + ICI (serial): compile-only bounds; "
              "the step model on top is an estimate; nothing ran on a TPU")
