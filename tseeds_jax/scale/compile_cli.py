@@ -19,6 +19,11 @@ code is then non-zero (2: bad input, 1: does not fit).
 what a step needs; a run gets the same schedule with
 LIBTPU_INIT_ARGS=--xla_tpu_scheduler_percent_shared_memory_limit=P.
 
+Step model (scale/step_model.py, docs/scale.md "Step time over a response-length distribution"):
+the summary's `step_model` estimates an on-policy step under `rollout.length_distribution`, sync
+vs async (partial rollouts); --update-s X (default: the compiled update, else left out),
+--max-staleness N, --budget-tokens X, --keep-kv, --async-placement interleaved|split.
+
 --record PATH writes the summary and the per-program table as a result record
 (tseeds_jax.results_record, kind "compile-only bound": nothing ran on a TPU), the file the docs'
 tables are rendered from (python -m tseeds_jax.results_render).

@@ -7,7 +7,8 @@ HLO: `hlo_cost`), so the times are lower bounds and the MFU bound is the learner
 time that bound allows. Collectives: the bytes a device sends (`hlo_cost`'s ring convention) over
 half the chip's bidirectional ICI bandwidth (`chips.chip`) give an ICI time; "overlapped" is
 max(compute, HBM, ICI) (a lower bound), "serial" is max(compute, HBM) + ICI (no overlap).
-Step times assume every response runs to `max_response_len` (an upper bound on the decode work).
+Step times assume every response runs to `max_response_len` (an upper bound on the decode work);
+`step_model` (scale/step_model.py) estimates the on-policy step under a length distribution instead.
 """
 
 from __future__ import annotations

@@ -25,6 +25,9 @@ Options:
                        compiling (each phase's peak from the files that have it; a phase in
                        several files takes the largest program)
   --json               machine-readable output
+  --update-s X, --max-staleness N, --budget-tokens X, --keep-kv, --async-placement P
+                       the step model (sync vs async on-policy step under
+                       rollout.length_distribution, decode layout only; docs/scale.md)
 """
 
 from __future__ import annotations
