@@ -219,3 +219,16 @@ def test_update_left_out_is_said():
     est = step_model_from_inputs(_inputs(), update_s=None)
     assert not est["update_included"]
     assert "update not included" in step_model_lines(est)[0]
+
+
+def test_step_model_cli_takes_a_given_update_time(tmp_path, capsys):
+    import json
+
+    from tseeds_jax.scale import step_model_cli
+
+    sampler = tmp_path / "r1.json"
+    sampler.write_text(json.dumps({"summary": {"step_model_inputs": _inputs()}}))
+    assert step_model_cli.main([f"{sampler},1.5", "--keep-kv", "--json"]) == 0
+    est = json.loads(capsys.readouterr().out)[f"{sampler},1.5"]
+    assert est["sync"]["step_s"] == pytest.approx(0.25 + 6 + 1.5)
+    assert est["inputs"]["update_from"] == "1.5 s given"

@@ -1,10 +1,11 @@
-"""`python -m tseeds_jax.scale.step_model_cli SAMPLER.json[,LEARNER.json] ... [--record PATH]`
+"""`python -m tseeds_jax.scale.step_model_cli SAMPLER.json[,LEARNER.json|,UPDATE_S] ... [--record PATH]`
 
 The step model (scale/step_model.py) again from saved `tseeds compile --json` outputs, without
 compiling: SAMPLER.json is a `--only sampler` output (its summary's `step_model_inputs`), the
 optional LEARNER.json a `--only learner` output of the same config, whose update roofline + ICI
-(serial) is the update time. One line per argument (sync vs async on-policy step); --record
-writes them as a result record (kind "estimate": a model on compile-only bounds).
+(serial) is the update time (or UPDATE_S, a number of seconds: say where it comes from in
+--note). One line per argument (sync vs async on-policy step); --record writes them as a result
+record (kind "estimate": a model on compile-only bounds).
 
 Options: --length-distribution SPEC[;SPEC...] (instead of each config's; one row per SPEC),
 --max-staleness N, --budget-tokens X, --keep-kv, --async-placement interleaved|split,
@@ -38,6 +39,14 @@ def estimate_files(paths: str, args, spec: str | None = None) -> dict:
                          "sampler --json` output of a decode / sharded sampler is needed)")
     update_s, update_from = args.update_s, "--update-s" if args.update_s is not None else None
     for path in rest:
+        try:  # a number: the update's seconds, given
+            given = float(path)
+        except ValueError:
+            given = None
+        if given is not None:
+            if update_s is None:
+                update_s, update_from = given, f"{given:g} s given"
+            continue
         s = _load(path)["summary"]
         if "learner_roofline_ici_serial_s" not in s:
             raise ValueError(f"{path}: no learner_roofline_ici_serial_s (a `tseeds compile "
@@ -58,7 +67,9 @@ def estimate_files(paths: str, args, spec: str | None = None) -> dict:
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(prog="tseeds_jax.scale.step_model_cli", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("files", nargs="+", help="SAMPLER.json[,LEARNER.json]")
+    ap.add_argument("files", nargs="+", help="SAMPLER.json[,LEARNER.json | ,UPDATE_S]")
+    ap.add_argument("--note", default="", help="the record's note: where given update times "
+                    "come from")
     ap.add_argument("--length-distribution", default=None)
     ap.add_argument("--max-staleness", type=int, default=1)
     ap.add_argument("--budget-tokens", type=float, default=None)
@@ -87,12 +98,12 @@ def main(argv: list[str]) -> int:
                   f"update from {est['inputs']['update_from']}):")
             print("\n".join(step_model_lines(est)))
     if args.record:
-        write_record(args.record, out, argv)
+        write_record(args.record, out, argv, args.note)
         print(f"wrote {args.record}", file=sys.stderr)
     return 0
 
 
-def write_record(path: str, out: dict, argv: list[str]) -> None:
+def write_record(path: str, out: dict, argv: list[str], note: str = "") -> None:
     from tseeds_jax import results_record
 
     rows, values = [], {}
@@ -127,7 +138,8 @@ def write_record(path: str, out: dict, argv: list[str]) -> None:
                            "responses over max_staleness"], "rows": rows},
         note="decode / prefill / sync costs from the compiled sampler programs' rooflines, the "
              "update from the compiled learner's roofline + ICI (serial): compile-only bounds; "
-             "the step model on top is an estimate; nothing ran on a TPU")
+             "the step model on top is an estimate; nothing ran on a TPU" + (f". {note}" if note
+                                                                            else ""))
     results_record.write(path, rec)
 
 
