@@ -123,9 +123,16 @@ def write_record(path: str, out: dict, argv: list[str], note: str = "") -> None:
                        ("sync_tokens_per_s_per_chip", sy["tokens_per_s_per_chip"]),
                        ("async_tokens_per_s_per_chip", a["tokens_per_s_per_chip"]),
                        ("speedup", est["speedup"]), ("sync_occupancy", sy["occupancy"]),
-                       ("update_s", sy["update_s"])):
+                       ("update_s", sy["update_s"]),
+                       ("sync_occupancy_first_tenth", sy["occupancy_curve"][0]),
+                       ("sync_occupancy_last_tenth", sy["occupancy_curve"][-1]),
+                       ("responses_over_staleness", a["responses_over_staleness"]),
+                       ("cap_share", est["length_distribution"]["cap_share"])):
+            # stored as printed (results_render prints the stored digits)
+            v = int(round(v)) if "tokens" in key else round(v, 2)
             values[f"{name}__{key}"] = {"value": v, "unit": "s" if key.endswith("_s") else
-                                        "tokens/s/chip" if "tokens" in key else "ratio"}
+                                        "tokens/s/chip" if "tokens" in key else
+                                        "ratio" if key == "speedup" else "fraction"}
     rec = results_record.make(
         os.path.splitext(os.path.basename(path))[0],
         "on-policy step time, sync vs async (partial rollouts, continuous batching across steps), "
