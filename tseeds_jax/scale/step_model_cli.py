@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import sys
 
 from tseeds_jax.rl.errors import ConfigValueError
@@ -103,6 +104,19 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _without_note(argv: list[str]) -> list[str]:
+    """argv less --note and its text (the note is the record's own field)."""
+    out, skip = [], False
+    for a in argv:
+        if skip:
+            skip = False
+        elif a == "--note":
+            skip = True
+        elif not a.startswith("--note="):
+            out.append(a)
+    return out
+
+
 def write_record(path: str, out: dict, argv: list[str], note: str = "") -> None:
     from tseeds_jax import results_record
 
@@ -137,7 +151,7 @@ def write_record(path: str, out: dict, argv: list[str], note: str = "") -> None:
         os.path.splitext(os.path.basename(path))[0],
         "on-policy step time, sync vs async (partial rollouts, continuous batching across steps), "
         "under the default response-length distribution (scale/step_model.py)",
-        "estimate", "python -m tseeds_jax.scale.step_model_cli " + " ".join(argv),
+        "estimate", "python -m tseeds_jax.scale.step_model_cli " + shlex.join(_without_note(argv)),
         backend="tpu (compile-only, libtpu) + the step model", values=values,
         table={"columns": ["variant", "target", "lengths", "sync step s", "sync occupancy",
                            "sync tokens/s/chip", "async step s", "async tokens/s/chip",
