@@ -232,3 +232,9 @@ def test_step_model_cli_takes_a_given_update_time(tmp_path, capsys):
     est = json.loads(capsys.readouterr().out)[f"{sampler},1.5"]
     assert est["sync"]["step_s"] == pytest.approx(0.25 + 6 + 1.5)
     assert est["inputs"]["update_from"] == "1.5 s given"
+
+
+def test_budget_below_one_decode_step_is_refused():
+    cost = sm.DecodeCost(slots=8, fixed_s=1.0, kv_s_per_token=0.0)
+    with pytest.raises(ValueError, match="budget_tokens=4: less than one decode step of the 8"):
+        sm.async_steady([3, 5], cost, prompt_len=0, budget_tokens=4)

@@ -41,6 +41,7 @@ whose oldest token is older (a runtime that drops or restarts them loses those t
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 from collections.abc import Sequence
@@ -123,23 +124,25 @@ def version_lags(lengths: Sequence[int], d: float, offset: int = 0,
                  phases: int = 64) -> tuple[list[float], list[float]]:
     """(share of tokens by version lag, share of responses by their oldest token's lag) with
     d decode steps per training step, the phase of a response's start uniform over a window."""
-    tok, resp = {}, {}
-    n = 0
-    for length in lengths:
+    tok = np.zeros(1)
+    resp = np.zeros(1)
+    for length, count in collections.Counter(lengths).items():
         for k in range(phases):
             phi = (k + 0.5) / phases * d
-            last = math.floor((phi + length - 1) / d)
-            first = math.floor(phi / d)
-            resp[last - first + offset] = resp.get(last - first + offset, 0) + 1
-            for w in range(first, last + 1):  # tokens j with floor((phi + j) / d) == w
-                lo, hi = max(0, math.ceil(w * d - phi)), min(length, math.ceil((w + 1) * d - phi))
-                if hi > lo:
-                    tok[last - w + offset] = tok.get(last - w + offset, 0) + (hi - lo)
-            n += 1
-    total = sum(tok.values())
-    top = max(tok) if tok else 0
-    return ([tok.get(i, 0) / total for i in range(top + 1)],
-            [resp.get(i, 0) / n for i in range(max(resp) + 1)] if resp else [])
+            first, last = math.floor(phi / d), math.floor((phi + length - 1) / d)
+            w = np.arange(first, last + 1)
+            # tokens j of window w: ceil(w d - phi) <= j < ceil((w + 1) d - phi), within [0, L)
+            n = (np.minimum(length, np.ceil((w + 1) * d - phi))
+                 - np.maximum(0, np.ceil(w * d - phi)))
+            lag = last - w + offset
+            if lag.max() >= tok.size:
+                tok = np.pad(tok, (0, lag.max() + 1 - tok.size))
+            np.add.at(tok, lag, np.maximum(n, 0) * count)
+            oldest = last - first + offset
+            if oldest >= resp.size:
+                resp = np.pad(resp, (0, oldest + 1 - resp.size))
+            resp[oldest] += count
+    return (tok / tok.sum()).tolist(), (resp / resp.sum()).tolist()
 
 
 def async_steady(lengths: Sequence[int], cost: DecodeCost, prompt_len: int,
@@ -152,6 +155,9 @@ def async_steady(lengths: Sequence[int], cost: DecodeCost, prompt_len: int,
     if budget <= 0 or total <= 0:
         raise ValueError(f"budget_tokens={budget_tokens}: must be positive")
     d = budget / slots  # decode steps per training step
+    if d < 1:
+        raise ValueError(f"budget_tokens={budget:g}: less than one decode step of the {slots} "
+                         "slots")
     j = mean_position(lengths)
     kv = slots * (prompt_len + j)
     new_prompts = len(lengths) * budget / total  # responses completed per step
