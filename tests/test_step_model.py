@@ -238,3 +238,16 @@ def test_budget_below_one_decode_step_is_refused():
     cost = sm.DecodeCost(slots=8, fixed_s=1.0, kv_s_per_token=0.0)
     with pytest.raises(ValueError, match="budget_tokens=4: less than one decode step of the 8"):
         sm.async_steady([3, 5], cost, prompt_len=0, budget_tokens=4)
+
+
+def test_plan_cli_bad_step_model_flag_is_one_line(tmp_path, capsys):
+    from tseeds_jax.scale import plan_cli
+
+    cfg = tmp_path / "c.py"
+    cfg.write_text("from tseeds_jax.rl.config import tiny_config\n"
+                   "def get_config():\n    c = tiny_config()\n    c.model.arch.vocab_size = 64\n"
+                   "    c.hardware.sampler_placement = 'decode'\n    return c\n")
+    rc = plan_cli.main(["--config", str(cfg), "--accelerator", "v5p-8", "--config.mesh.fsdp=4",
+                        "--max-staleness=-1"])
+    assert rc == 2
+    assert "tseeds plan: step model: max_staleness=-1: must be >= 0" in capsys.readouterr().err

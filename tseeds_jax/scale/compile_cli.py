@@ -143,6 +143,8 @@ def markdown(res, plan=None) -> str:
                      f"seeded / on-policy = {s['seeded_over_onpolicy']:.2f}")
     if "step_model" in s:
         lines += step_report.step_model_lines(s["step_model"])
+    if "step_model_error" in s:
+        lines.append(f"step model: {s['step_model_error']}")
     for name, impl, err in res.failures:
         lines.append(f"FAILED: {name} with kernel_impl={impl}: {err}")
     lines.append(f"fits: {'yes' if s['fits'] else 'NO'}")

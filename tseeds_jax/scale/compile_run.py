@@ -206,7 +206,10 @@ class Result:
                                           else None)
                 from tseeds_jax.scale.step_report import step_model_from_inputs
 
-                out["step_model"] = step_model_from_inputs(inputs, **params)
+                try:
+                    out["step_model"] = step_model_from_inputs(inputs, **params)
+                except ValueError as e:  # the step model's flags for this call's slots
+                    out["step_model_error"] = str(e)
         return out
 
 

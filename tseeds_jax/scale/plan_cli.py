@@ -146,7 +146,11 @@ def main(argv: list[str]) -> int:
         print(f"tseeds plan: {e}", file=sys.stderr)
         return 2
     ranked, path = suggest.suggestions(plan)
-    steps = step_estimate(plan, fv)
+    try:
+        steps = step_estimate(plan, fv)
+    except ValueError as e:  # the step model's own flags (--budget-tokens, --max-staleness)
+        print(f"tseeds plan: step model: {e}", file=sys.stderr)
+        return 2
     compared = None
     if fv.compile:
         from tseeds_jax.scale import compile_run
