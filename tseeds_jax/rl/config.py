@@ -13,6 +13,7 @@ import dataclasses
 
 import ml_collections
 
+import tseeds_jax.rl.length_distribution as length_distribution
 from tseeds_jax.rl.config_fields import ConfigValueError, build, mapping, section, to_config_dict
 from tseeds_jax.rl.config_sections import (
     AdvantageConfig,
@@ -164,6 +165,7 @@ class TrainConfig:
             bad("rollout.top_p", r.top_p, "must be in (0, 1]")
         if r.top_k < 0:
             bad("rollout.top_k", r.top_k, "must be >= 0 (0 disables top-k)")
+        length_distribution.parse(r.length_distribution)  # read by the step-time estimates only
         positive_int("seeds.refresh_interval", s.refresh_interval)
         if s.truncation not in TRUNCATIONS:
             bad("seeds.truncation", s.truncation, f"unknown truncation; known: {TRUNCATIONS}")

@@ -88,6 +88,9 @@ class RolloutConfig:
     temperature: float = 1.0  # sampling temperature (> 0 for training rollouts)
     top_p: float = 1.0  # nucleus sampling mass (1: off)
     top_k: int = 0  # top-k sampling (0: off)
+    # response lengths a step-time estimate assumes (`tseeds plan` / `tseeds compile`; not used
+    # by training): "lognormal:median=M,sigma=S" (fractions of R) | "full" (rl/length_distribution.py)
+    length_distribution: str = "lognormal:median=0.3,sigma=1.0"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -19,6 +19,11 @@ code is then non-zero (2: bad input, 1: does not fit).
 what a step needs; a run gets the same schedule with
 LIBTPU_INIT_ARGS=--xla_tpu_scheduler_percent_shared_memory_limit=P.
 
+Step model (scale/step_model.py, docs/scale.md "Step time over a response-length distribution"):
+the summary's `step_model` estimates an on-policy step under `rollout.length_distribution`, sync
+vs async (partial rollouts); --update-s X (default: the compiled update, else left out),
+--max-staleness N, --budget-tokens X, --keep-kv, --async-placement interleaved|split.
+
 --record PATH writes the summary and the per-program table as a result record
 (tseeds_jax.results_record, kind "compile-only bound": nothing ran on a TPU), the file the docs'
 tables are rendered from (python -m tseeds_jax.results_render).
@@ -36,7 +41,7 @@ from __future__ import annotations
 import json
 import sys
 
-from tseeds_jax.scale import config_flags_cli
+from tseeds_jax.scale import config_flags_cli, step_report
 
 
 def _parse(argv: list[str]):
@@ -56,6 +61,7 @@ def _parse(argv: list[str]):
                              "may fill (its xla_tpu_scheduler_percent_shared_memory_limit; 0: "
                              "libtpu's default, 95)", flag_values=fv)
         flags.DEFINE_bool("json", False, "print JSON", flag_values=fv)
+        step_report.step_model_flags(flags, fv)
         flags.DEFINE_string("record", None, "also write the result as a result record (JSON, "
                             "kind 'compile-only bound') to this path, e.g. "
                             "docs/results/NAME.json (tseeds_jax.results_record)", flag_values=fv)
@@ -135,6 +141,10 @@ def markdown(res, plan=None) -> str:
         lines.append(f"roofline step time: on-policy {s['onpolicy_step_s']:.1f} s, Thinking Seeds "
                      f"{s['seeded_step_s']:.1f} s (ratio {a['ratio']}, T {a['T']}): "
                      f"seeded / on-policy = {s['seeded_over_onpolicy']:.2f}")
+    if "step_model" in s:
+        lines += step_report.step_model_lines(s["step_model"])
+    if "step_model_error" in s:
+        lines.append(f"step model: {s['step_model_error']}")
     for name, impl, err in res.failures:
         lines.append(f"FAILED: {name} with kernel_impl={impl}: {err}")
     lines.append(f"fits: {'yes' if s['fits'] else 'NO'}")
@@ -185,6 +195,7 @@ def main(argv: list[str]) -> int:
     except (ConfigValueError, ValueError) as e:
         print(f"tseeds compile: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
+    res.step_params = step_report.step_params(fv)
     broken = [(n, e) for n, kind, e in res.failures if kind == "compile"]
     unpartitioned = res.pallas_failures
     if unpartitioned:

@@ -7,7 +7,8 @@ HLO: `hlo_cost`), so the times are lower bounds and the MFU bound is the learner
 time that bound allows. Collectives: the bytes a device sends (`hlo_cost`'s ring convention) over
 half the chip's bidirectional ICI bandwidth (`chips.chip`) give an ICI time; "overlapped" is
 max(compute, HBM, ICI) (a lower bound), "serial" is max(compute, HBM) + ICI (no overlap).
-Step times assume every response runs to `max_response_len` (an upper bound on the decode work).
+Step times assume every response runs to `max_response_len` (an upper bound on the decode work);
+`step_model` (scale/step_model.py) estimates the on-policy step under a length distribution instead.
 """
 
 from __future__ import annotations
@@ -94,6 +95,9 @@ class Result:
     compiled: list  # [compile_programs.Compiled]
     failures: list = dataclasses.field(default_factory=list)  # [(program, kernel_impl, error)]
     scheduler_memory_percent: int = 0  # 0: libtpu's default (compile_programs.SCHEDULER_FLAG)
+    # step_model.estimate's own knobs (update_s, max_staleness, budget_tokens, reprefill,
+    # placement) for the summary's "step_model"; `tseeds compile` sets them from its flags
+    step_params: dict = dataclasses.field(default_factory=dict)
 
     @property
     def usable(self) -> int:
@@ -193,6 +197,19 @@ class Result:
                 out.update(step_times(self, t_upd, t_step + ici(step), roof(stats), s,
                                       t_sync=_sync_s(self, roof, ici),
                                       t_step_on=roof(on) + ici(on) if on else None))
+            inputs = step_model_inputs(self, s, roof, ici)
+            if inputs is not None:
+                out["step_model_inputs"] = inputs
+                params = dict(self.step_params)
+                if params.get("update_s") is None:
+                    params["update_s"] = (out["learner_roofline_ici_serial_s"] if upd is not None
+                                          else None)
+                from tseeds_jax.scale.step_report import step_model_from_inputs
+
+                try:
+                    out["step_model"] = step_model_from_inputs(inputs, **params)
+                except ValueError as e:  # the step model's flags for this call's slots
+                    out["step_model_error"] = str(e)
         return out
 
 
@@ -242,6 +259,44 @@ def decode_layout_summary(res: Result, step, s, chip) -> dict[str, Any]:
         if t_live + ici_s else 0.0,
         decode_hbm_limit_tokens_per_s_per_chip=dict(full_cache=limit(cache_len),
                                                       live_context=limit(f * cache_len)))
+
+
+def step_model_inputs(res: Result, s, roof, ici) -> dict[str, Any] | None:
+    """What `step_model` needs, from the compiled on-policy call (a step's rows on the slots the
+    decode layout sizes for them): the decode step split into its KV-cache reads (the ragged
+    kernel's operands, read only up to each slot's length at run time) and the rest, the prefill
+    cost per token (the largest bucket's program over its rows x width), the weight sync. JSON
+    only, so that a saved `tseeds compile --json` output can be estimated again
+    (`python -m tseeds_jax.scale.step_model_cli`)."""
+    from tseeds_jax.chips import chip as chip_row
+    from tseeds_jax.rl import length_distribution
+
+    t = res.target
+    cfg = t.cfg
+    chip = chip_row(t.family)
+    step = res.by_name("sampler_decode_step_onpolicy") or res.by_name("sampler_decode_step")
+    pre = [c for c in res.compiled if c.name.startswith("sampler_prefill_")]
+    if step is None or not sharded(cfg):
+        return None
+    slots = s.get("onpolicy_slots", s["slots"]) if step.name.endswith("onpolicy") else s["slots"]
+    p, r = t.widths
+    prefill = 0.0
+    if pre:
+        top = max(pre, key=lambda c: int(c.name.rsplit("_", 1)[1]))
+        width = int(top.name.rsplit("_", 1)[1])
+        prefill = (roof(top) + ici(top)) / (s["rows"][width] * width)
+    return dict(
+        topology=t.topology,
+        chips=t.mesh.size, replicas=s["shards"], requests=t.rows, slots=slots, prompt_len=p,
+        max_response_len=r, cache_len=s["cache_len"],
+        length_distribution=cfg.rollout.length_distribution,
+        default_length_distribution=length_distribution.DEFAULT,
+        decode_fixed_s=(step.bytes_accessed - step.decode_cache_bytes) / chip.hbm_bandwidth,
+        decode_kv_s_per_token=step.decode_cache_bytes / (slots * s["cache_len"])
+        / chip.hbm_bandwidth,
+        decode_flops_s=step.flops / chip.bf16_flops, decode_ici_s=ici(step),
+        decode_program=step.name, prefill_s_per_token=prefill,
+        sync_s=_sync_s(res, roof, ici))
 
 
 def _sync_s(res: Result, roof, ici) -> float:

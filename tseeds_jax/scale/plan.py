@@ -124,6 +124,8 @@ class Workload:
     plugin_stats: bool = False  # rl/loss_plugins.py runs a statistics pass over each batch (chunked)
     kernel_impl: str = "pallas"  # "pallas" (TPU/GPU) | "chunked" (XLA, CPU default)
     compiler: str = "cpu"  # "tpu" | "gpu" | "cpu": whose buffer assignment the learner terms model
+    # rollout.length_distribution: the step model's response lengths (scale/step_model.py)
+    length_distribution: str = "lognormal:median=0.3,sigma=1.0"
     kl_coef: float = 0.0
     old_logp_recompute: bool = False
     devices_per_host: int = 1
@@ -489,6 +491,7 @@ def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
         sampler_slots=int(hw.get("sampler_slots", 0) or 0),
         sampler_placement=sampler_placement or hw.get("sampler_placement") or "replica",
         sampler_tensor=int(hw.get("sampler_tensor", 0) or 0), family=fam,
+        length_distribution=cfg.rollout.length_distribution,
         kernel_impl=kernel_impl, compiler=compiler, kl_coef=cfg.loss.kl_coef,
         old_logp_recompute=old_logp_recompute, grad_reduce=o.grad_reduce,
         # rl/loss_plugins.py statistics passes over a batch (chunked like Trainer._stats)

@@ -25,6 +25,9 @@ Options:
                        compiling (each phase's peak from the files that have it; a phase in
                        several files takes the largest program)
   --json               machine-readable output
+  --update-s X, --max-staleness N, --budget-tokens X, --keep-kv, --async-placement P
+                       the step model (sync vs async on-policy step under
+                       rollout.length_distribution, decode layout only; docs/scale.md)
 """
 
 from __future__ import annotations
@@ -55,6 +58,9 @@ def _parse(argv: list[str]):
                              "share of HBM (0: libtpu's default)", flag_values=fv)
         flags.DEFINE_string("compiled", None, "saved `tseeds compile --json` files to compare "
                             "with (comma-separated)", flag_values=fv)
+        from tseeds_jax.scale.step_report import step_model_flags
+
+        step_model_flags(flags, fv)
 
     return config_flags_cli.parse("tseeds plan", __doc__, argv, define)
 
@@ -140,6 +146,11 @@ def main(argv: list[str]) -> int:
         print(f"tseeds plan: {e}", file=sys.stderr)
         return 2
     ranked, path = suggest.suggestions(plan)
+    try:
+        steps = step_estimate(plan, fv)
+    except ValueError as e:  # the step model's own flags (--budget-tokens, --max-staleness)
+        print(f"tseeds plan: step model: {e}", file=sys.stderr)
+        return 2
     compared = None
     if fv.compile:
         from tseeds_jax.scale import compile_run
@@ -171,13 +182,41 @@ def main(argv: list[str]) -> int:
                               for s in path]
         if compared is not None:
             out["compiled"] = compared
+        if steps is not None:
+            out["step_model"] = steps
         print(json.dumps(out, indent=1))
     else:
         title = f"{acc.name if acc else 'custom'} ({_fmt(plan.hbm_bytes).strip()} GiB/device)"
         print(render(plan, ranked, path, title=title))
         if compared is not None:
             print(render_compared(compared))
+        if steps is not None:
+            from tseeds_jax.scale.step_report import step_model_lines
+
+            print("\n".join(["", "  " + steps["how"]] + ["  " + x for x in
+                                                          step_model_lines(steps)]))
     return 0 if plan.fits is not False else 1
+
+
+def step_estimate(plan, fv) -> dict | None:
+    """The step model (scale/step_model.py) on the decode layout's analytic costs; the update is
+    --update-s, else 6 x params x B x (P + R) FLOPs over every chip's peak (a lower bound).
+    None when the sampler is not on the decode layout of a known chip."""
+    from tseeds_jax.scale import step_model
+    from tseeds_jax.scale.step_report import step_model_from_inputs, step_params
+
+    inputs = step_model.plan_inputs(plan.workload, plan.hbm_bytes)
+    if inputs is None:
+        return None
+    params = step_params(fv)
+    how = "update: --update-s"
+    if params["update_s"] is None:
+        params["update_s"] = inputs["update_flops_s"]
+        how = "update: 6 x params x tokens FLOPs / peak (lower bound; --update-s to set it)"
+    out = step_model_from_inputs(inputs, **params)
+    out["how"] = ("step model on the decode layout's analytic decode step (HBM + ICI, no weight "
+                  f"sync); {how}")
+    return out
 
 
 PHASE_TOLERANCE = 0.15  # a phase whose plan / compiled is outside 1 +- this is flagged
