@@ -21,6 +21,7 @@ from tseeds_jax.rl.config_sections import (
     LossConfig,
     OffPolicyConfig,
     OptimConfig,
+    RestartConfig,
     RolloutConfig,
     SeedsConfig,
     StaleConfig,
@@ -28,7 +29,7 @@ from tseeds_jax.rl.config_sections import (
 )
 
 __all__ = ["AdvantageConfig", "ConfigValueError", "DataConfig", "HardwareConfig", "LossConfig",
-           "OffPolicyConfig", "OptimConfig", "RolloutConfig", "SeedsConfig", "StaleConfig",
+           "OffPolicyConfig", "OptimConfig", "RestartConfig", "RolloutConfig", "SeedsConfig", "StaleConfig",
            "TrainConfig", "TrainModelConfig", "default_config", "tiny_config"]
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -89,6 +90,7 @@ class TrainConfig:
     loss: LossConfig = section(LossConfig)
     offpolicy: OffPolicyConfig = section(OffPolicyConfig)
     stale: StaleConfig = section(StaleConfig)
+    restart: RestartConfig = section(RestartConfig)  # peer restart methods (rl/restarts.py)
     advantage: AdvantageConfig = section(AdvantageConfig)
     optim: OptimConfig = section(OptimConfig)
     # devices per mesh axis; -1 fills with the devices left (model/sharding.py MeshSpec)
@@ -196,6 +198,9 @@ class TrainConfig:
             bad("loss.kl_type", lo.kl_type, "unknown KL estimator")
         self._validate_family()
         self._validate_hardware()
+        from tseeds_jax.rl import restarts  # local: keeps config importable without JAX work
+
+        restarts.validate(self)
         positive_int("advantage.max_gen_batches", a.max_gen_batches)
         if a.overlong_buffer < 0 or a.overlong_buffer >= r.max_response_len:
             bad("advantage.overlong_buffer", a.overlong_buffer,
