@@ -12,9 +12,9 @@ from tests.trainer_utils import tiny_cd
 from tseeds_jax.data import hints
 from tseeds_jax.rl import branching, losses, rollout
 from tseeds_jax.rl.config import ConfigValueError, TrainConfig
-from tseeds_jax.rl.loss_plugins import RowStats
+from tseeds_jax.rl.loss_plugins import Plugin, RowStats
 from tseeds_jax.rl.restart_configs import apply_restart
-from tseeds_jax.rl.restarts import RestartMethod
+from tseeds_jax.rl.restarts import restart_plugin
 from tseeds_jax.seeds import prefix_pool
 
 R = 8  # response width of the scripted cases
@@ -137,7 +137,7 @@ def test_fr3e_branches_from_the_top_entropy_token_with_trained_prefix_and_value_
     tr = Scripted(cfg, [[1, 2, 3, 9], [4, 8, 9], [8, 9], [8, 9]],
                   ent_rows=[[0.1, 0.9, 0.2, 0.0], [0.3, 0.1, 0.2, 0.0]],
                   logp_rows=[[-0.1, -0.2, -0.3, -0.4], [-1.0, -1.0, -1.0, -1.0]])
-    plugin = RestartMethod(cfg)
+    plugin = restart_plugin(cfg, Plugin)
     samples, info = plugin.wrap_collect(tr._collect, None)(None, 0)
     # first pass from the prompt; branches continue [prompt, 1] (cut before the 0.9 token)
     assert tr.calls == [([[10], [10]], [R, R]), ([[10, 1], [10, 1]], [R - 1, R - 1])]
@@ -168,7 +168,7 @@ def test_cure_has_no_factor_and_hands_later_steps_to_the_trainer():
     tr = Scripted(cfg, [[1, 2, 3, 9], [4, 8, 9], [8, 9], [8, 9]],
                   ent_rows=[[0.1, 0.9, 0.2, 0.0], [0.3, 0.1, 0.2, 0.0]],
                   logp_rows=[[-0.1] * 4, [-1.0] * 4])
-    plugin = RestartMethod(cfg)
+    plugin = restart_plugin(cfg, Plugin)
     step = plugin.wrap_collect(tr._collect, None)
     samples, _ = step(None, 0)
     batch, _ = _batch(plugin, samples, cfg)
@@ -184,7 +184,7 @@ def test_prefixrl_pool_prefix_is_context_only_and_mixed_with_fresh_prompts(tmp_p
     # pool: prompt 10 -> [3, 9] (0), [8, 5, 9] (1, kept); prompt 11 -> nothing correct
     # step: 1 pool group (prefix round(0.5 * 3) = 2 tokens [8, 5]) + 1 fresh prompt (12)
     tr = Scripted(cfg, [[3, 9], [8, 5, 9], [1, 9], [2, 9], [9], [7, 9], [8, 9], [1, 9]])
-    plugin = RestartMethod(cfg)
+    plugin = restart_plugin(cfg, Plugin)
     samples, info = plugin.wrap_collect(tr._collect, None)(None, 0)
     assert tr.calls[0] == ([[10], [10], [11], [11]], [R] * 4)
     assert tr.calls[1] == ([[10, 8, 5], [10, 8, 5], [12], [12]], [R - 2, R - 2, R, R])
@@ -203,7 +203,7 @@ def test_prefixrl_pool_prefix_is_context_only_and_mixed_with_fresh_prompts(tmp_p
     logp = np.full((4, R), -0.3, np.float32)
     np.testing.assert_allclose(_dapo_loss(batch, mask, logp), -(a * 2 - a * 2) / 7, atol=1e-7)
     # a resumed run reads the pool instead of sampling again
-    again = RestartMethod(cfg)
+    again = restart_plugin(cfg, Plugin)
     tr2 = Scripted(cfg, [[9], [9], [9], [9]])
     again.wrap_collect(tr2._collect, None)(None, 3)
     assert len(tr2.calls) == 1 and tr2.calls[0][0][0] == [10, 8, 5]
@@ -213,7 +213,7 @@ def test_questa_hint_is_the_reference_head_and_context_only():
     cfg = _cfg("questa", **{"rollout.batch_prompts": 1, "rollout.group_size": 2, "steps": 4,
                             "rollout.max_response_len": 12})
     tr = Scripted(cfg, [[1], [2], [1], [2]])
-    step = RestartMethod(cfg).wrap_collect(tr._collect, None)
+    step = restart_plugin(cfg, Plugin).wrap_collect(tr._collect, None)
     step(None, 0)
     step(None, 2)
     enc = [ord(c) for c in "1+2=3 3+3=6 #6"]

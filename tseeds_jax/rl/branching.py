@@ -19,6 +19,7 @@ import dataclasses
 
 import numpy as np
 
+from tseeds_jax.rl.restart_checks import split  # noqa: F401  (re-exported: the group layout)
 from tseeds_jax.seeds.truncation import EntropyTruncation
 
 
@@ -26,17 +27,6 @@ from tseeds_jax.seeds.truncation import EntropyTruncation
 class Anchor:
     rollout: int  # first-pass rollout index within the group
     cut: int  # prefix length: response tokens [0, cut) are kept, the branch writes from `cut`
-
-
-def split(group_size: int, base: int, points: int) -> tuple[int, int]:
-    """(first-pass rollouts, branches per anchor); ValueError when G - base is not split evenly."""
-    base = base or group_size // 2
-    rest = group_size - base
-    if base < 1 or rest < 1 or points < 1 or rest % points:
-        raise ValueError(f"branching: group_size={group_size}, branch_base={base}, "
-                         f"branch_points={points}: need 1 <= base < G and (G - base) divisible "
-                         "by branch_points")
-    return base, rest // points
 
 
 def anchors(lengths, entropy_NR, points: int, top_k: int, rng: np.random.Generator) -> list[Anchor]:

@@ -198,9 +198,9 @@ class TrainConfig:
             bad("loss.kl_type", lo.kl_type, "unknown KL estimator")
         self._validate_family()
         self._validate_hardware()
-        from tseeds_jax.rl import restarts  # local: keeps config importable without JAX work
+        from tseeds_jax.rl.restart_checks import validate as validate_restart
 
-        restarts.validate(self)
+        validate_restart(self)
         positive_int("advantage.max_gen_batches", a.max_gen_batches)
         if a.overlong_buffer < 0 or a.overlong_buffer >= r.max_response_len:
             bad("advantage.overlong_buffer", a.overlong_buffer,

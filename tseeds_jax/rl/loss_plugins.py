@@ -262,9 +262,9 @@ class LossPlugins:
             plugins.append(TopKProposal(stats, learner.proposal_top_k, cfg.seed,
                                         recompute=recompute))
         if cfg.restart.method:  # PrefixRL / QuestA / FR3E / CURE (rl/restarts.py)
-            from tseeds_jax.rl.restarts import RestartMethod
+            from tseeds_jax.rl.restarts import restart_plugin
 
-            plugins.append(RestartMethod(cfg))
+            plugins.append(restart_plugin(cfg, Plugin))
         return cls(plugins, stats, method=cfg.method_label, stale=stale)
 
     def of(self, kind: type) -> Any:

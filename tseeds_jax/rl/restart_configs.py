@@ -16,7 +16,7 @@ from typing import Any
 
 import ml_collections
 
-from tseeds_jax.rl.restarts import METHODS
+from tseeds_jax.rl.restart_checks import METHODS
 
 
 def overrides(method: str, *, scale: str = "tiny") -> dict[str, Any]:

@@ -23,56 +23,26 @@ from typing import Any
 import numpy as np
 
 from tseeds_jax.rl import branching, rollout
-from tseeds_jax.rl.config_fields import ConfigValueError
-from tseeds_jax.rl.loss_plugins import Plugin
+from tseeds_jax.rl.errors import ConfigValueError
+from tseeds_jax.rl.restart_checks import PREFIX_METHODS
 
-METHODS = ("prefixrl", "questa", "fr3e", "cure")
-PREFIX_METHODS = ("prefixrl", "questa")
-POOL, CHOICE, FIRST, BRANCH, ANCHOR, PREFIXED = 0x7E10, 0x7E11, 0x7E12, 0x7E13, 0x7E14, 0x7E15
+# random streams of the plug-in (distinct from the trainer's 1-3 and SIS's)
+POOL, CHOICE, FIRST, BRANCH, ANCHOR = 0x7E10, 0x7E11, 0x7E12, 0x7E13, 0x7E14
 
 
 def _seed(run_seed: int, step: int, stream: int) -> int:
     return int(np.random.SeedSequence([run_seed, step, stream]).generate_state(1)[0] >> 1)
 
 
-def validate(cfg) -> None:
-    """Checks `config.restart` against the rest of the run (called by TrainConfig.validate)."""
-    def bad(field, value, why):
-        raise ConfigValueError(f"config.restart.{field}={value!r}: {why}")
-
-    rs = cfg.restart
-    if rs.method == "":
-        return
-    if rs.method not in METHODS:
-        bad("method", rs.method, f"unknown restart method; known: {('',) + METHODS}")
-    for name in ("prefix_share", "prefix_ratio", "hint_start", "hint_end", "hint_switch",
-                 "stage1_frac"):
-        v = getattr(rs, name)
-        if not 0 <= v <= 1:
-            bad(name, v, "must be in [0, 1]")
-    for name in ("pool_prompts", "pool_budget", "branch_points", "branch_top_k"):
-        v = getattr(rs, name)
-        if not isinstance(v, int) or v < 1:
-            bad(name, v, "must be an integer >= 1")
-    if rs.branch_base < 0:
-        bad("branch_base", rs.branch_base, "must be >= 0 (0: group_size // 2)")
-    if cfg.seeded or cfg.stale.steps or cfg.offpolicy.source:
-        bad("method", rs.method, "runs on the on-policy trainer: needs seeds.refresh_interval=1, "
-            "stale.steps=0 and no offpolicy.source")
-    want = "state" if rs.method in PREFIX_METHODS else "state+action"
-    if cfg.seeds.variant != want:
-        bad("method", rs.method, f"needs seeds.variant={want!r} (the prefix is "
-            f"{'context only' if want == 'state' else 'on-policy and trained'}), got "
-            f"{cfg.seeds.variant!r}")
-    if rs.method in ("fr3e", "cure"):
-        try:
-            branching.split(cfg.rollout.group_size, rs.branch_base, rs.branch_points)
-        except ValueError as e:
-            bad("branch_points", rs.branch_points, str(e))
+def restart_plugin(cfg, base: type):
+    """The run's plug-in: `RestartHooks` on the trainer's plug-in base class `base`
+    (rl/loss_plugins.Plugin, passed in by `LossPlugins.build`: no import circle)."""
+    return type("RestartMethod", (RestartHooks, base), {})(cfg)
 
 
-class RestartMethod(Plugin):
-    """The step's generation for `config.restart.method` (see the module docstring)."""
+class RestartHooks:
+    """The step's generation for `config.restart.method` (see the module docstring); the hooks
+    it overrides of the trainer's plug-in base."""
 
     def __init__(self, cfg):
         self.cfg, self.rs = cfg, cfg.restart
@@ -214,13 +184,12 @@ class RestartMethod(Plugin):
     def _finish(self, trainer, params, step, samples, info):
         """Trainer._collect's tail: reward health, group statistics, dynamic sampling."""
         from tseeds_jax.rewards.health import check_rewards
-        from tseeds_jax.rl import trainer as trainer_lib
         from tseeds_jax.seeds import feedback
 
         c = self.cfg
         g = c.rollout.group_size
         check_rewards([s.reward_reason for s in samples])
-        info["all_groups"] = trainer_lib._group_stats(samples, g)
+        info["all_groups"] = group_stats([s.reward for s in samples], g)
         info.update(feedback.after_scoring(None, None, [], [s.reward for s in samples], g,
                                            info["all_groups"].get("zero_adv_group_frac")))
         if c.advantage.filter_groups:
@@ -240,6 +209,15 @@ class RestartMethod(Plugin):
         out.update(getattr(self, "last_pool", {}))
         self.last_pool = {}
         return out
+
+
+def group_stats(rewards, g: int) -> dict[str, float]:
+    """pass@G and the all-equal share of groups of `g` rewards (the trainer's `all_groups`)."""
+    if not rewards:
+        return {}
+    groups = [rewards[i : i + g] for i in range(0, len(rewards), g)]
+    return {"pass_at_G": float(np.mean([max(x) >= 1.0 for x in groups])),
+            "zero_adv_group_frac": float(np.mean([max(x) == min(x) for x in groups]))}
 
 
 def prefix_of(trace, ratio):
