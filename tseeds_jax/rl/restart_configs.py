@@ -53,3 +53,19 @@ def apply_restart(c: ml_collections.ConfigDict, method: str, *, scale: str = "ti
         node[leaf] = value
     c.run_dir = f"runs/{'tiny' if scale == 'tiny' else 'qwen25_math_7b'}_{method}"
     return c
+
+
+HARD = {"data.params": {"min_terms": 8, "max_terms": 9, "min_digits": 1, "max_digits": 1},
+        "data.max_prompt_len": 20, "rollout.max_response_len": 96}
+
+
+def tiny_variant(c: ml_collections.ConfigDict, variant: str):
+    """configs/tiny_<method>.py's variants: "default", or "hard" (the demo's hard task: chains
+    of 8-9 one-digit terms, prompt width 20, response width 96)."""
+    if variant not in ("default", "hard"):
+        raise ValueError(f"unknown variant {variant!r}; known: ['default', 'hard']")
+    if variant == "hard":
+        c.data.params = ml_collections.ConfigDict(HARD["data.params"], type_safe=False)
+        c.data.max_prompt_len = HARD["data.max_prompt_len"]
+        c.rollout.max_response_len = HARD["rollout.max_response_len"]
+    return c
