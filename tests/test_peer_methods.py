@@ -289,3 +289,15 @@ def test_peer_table_reads_finished_seeds_and_tests_against_recorded_dapo(tmp_pat
     assert rows["CURE"][1:3] == ["did not run", "0"]
     assert rows["On-policy DAPO"][1].endswith("(6.0, 8.0, 7.0)")
     assert got["values"]["fr3e_pass1"]["value"] == [10.0, 14.0]
+
+
+def test_demo_offers_the_four_methods_on_the_hard_task():
+    from tseeds_jax.demo.experiment import DemoConfig, default_methods, rl_config, with_task
+
+    dc = with_task(DemoConfig(), "hard")
+    methods = {m.name: m for m in default_methods()}
+    for name, variant in (("prefixrl", "state"), ("questa", "state"), ("fr3e", "state+action"),
+                          ("cure", "state+action")):
+        cfg, _ = rl_config(dc, "/tmp/tok.model", "/tmp/run", 0, methods[name])
+        assert (cfg.restart.method, cfg.seeds.variant, cfg.method) == (name, variant, name)
+        assert cfg.rollout.max_response_len == 96 and not cfg.seeded
