@@ -255,38 +255,42 @@ def test_tiny_config_trains_two_steps(tmp_path, method):
 
 
 # ---- the demo table ----
-def test_peer_table_reads_finished_seeds_and_tests_against_recorded_dapo(tmp_path):
+def test_peer_table_reads_finished_seeds_and_tests_against_dapo(tmp_path):
     import json
 
     from scipy import stats
 
     from tseeds_jax.eval.peer_table import build
 
-    def run(method, seed, pass1, tokens, times, equal):
-        d = tmp_path / "runs" / method / f"seed{seed}"
+    def run(root, method, seed, pass1, tokens=(100,) * 7, times=(1,) * 7, equal=0.5):
+        d = tmp_path / root / "runs" / method / f"seed{seed}"
         d.mkdir(parents=True)
         (d / "eval.json").write_text(json.dumps({"avg_at_n": pass1}))
         (d / "metrics.jsonl").write_text("\n".join(json.dumps(
             {"generated_tokens": t, "time_step": s, "zero_adv_group_frac": equal})
             for t, s in zip(tokens, times)))
 
-    run("fr3e", 0, 0.10, [100] * 7, [9, 9, 9, 9, 9, 1, 3], 0.5)
-    run("fr3e", 1, 0.14, [200] * 7, [9, 9, 9, 9, 9, 2, 2], 0.25)
-    (tmp_path / "runs" / "cure" / "seed0").mkdir(parents=True)  # unfinished: no eval.json
-    recorded = {"values": {"dapo_pass1": {"value": [6.0, 8.0, 7.0], "unit": "%"},
-                           "ts_mixture_pass1": {"value": [12.0, 11.0, 13.0], "unit": "%"}}}
-    got = build(str(tmp_path), recorded, seeds=2)
+    run("new", "fr3e", 0, 0.10, [100] * 7, [9, 9, 9, 9, 9, 1, 3], 0.5)
+    run("new", "fr3e", 1, 0.14, [200] * 7, [9, 9, 9, 9, 9, 2, 2], 0.25)
+    (tmp_path / "new" / "runs" / "cure" / "seed0").mkdir(parents=True)  # unfinished
+    for seed, x in enumerate((0.06, 0.08, 0.07)):
+        run("ref", "dapo", seed, x)
+    for seed, x in enumerate((0.12, 0.11)):
+        run("ref", "ts_mixture", seed, x)
+    got = build(str(tmp_path / "new"), str(tmp_path / "ref"), seeds=3)
     rows = {r[0]: r for r in got["table"]["rows"]}
     fr3e = rows["FR3E"]
-    assert fr3e[1].startswith("12.0 ± ") and fr3e[1].endswith("(10.0, 14.0)")
-    # 95% t interval of (10, 14): 12.706 x 2 / 1 = 25.4 points
-    assert fr3e[1] == "12.0 ± 25.4 (10.0, 14.0)"
-    assert fr3e[2] == "2"
+    # 95% t interval of (10, 14): t(0.975, 1) = 12.706, x 2.83 / 1.41 = 25.4 points
+    assert fr3e[1] == "12.0 ± 25.4 (10.0, 14.0)" and fr3e[2] == "2"
     p = stats.ttest_ind([0.10, 0.14], [0.06, 0.08, 0.07], equal_var=False).pvalue
+    # one finite comparison in the DAPO family (ratio has no runs, the rest too few seeds)
     assert fr3e[3].startswith("+5.0 ± ") and f"p={p:.2f}; Holm: " in fr3e[3]
+    p_mix = stats.ttest_ind([0.10, 0.14], [0.12, 0.11], equal_var=False).pvalue
+    assert fr3e[4].startswith("+0.5 ± ") and f"p={p_mix:.2f}; Holm: no" in fr3e[4]
     # tokens: mean over seeds of per-step means (100, 200); time from step 5 on: 2.0 and 2.0
     assert fr3e[5:] == ["150", "2.00", "37.5"]
     assert rows["CURE"][1:3] == ["did not run", "0"]
+    assert rows["Thinking Seeds (ratio 0.5, T 8)"][1] == "did not run"
     assert rows["On-policy DAPO"][1].endswith("(6.0, 8.0, 7.0)")
     assert got["values"]["fr3e_pass1"]["value"] == [10.0, 14.0]
 

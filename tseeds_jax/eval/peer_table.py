@@ -1,16 +1,15 @@
-"""The peer restart methods' demo table (issue 38): new runs beside a recorded demo table.
+"""The peer restart methods' demo table (issue 38), from run folders of one machine.
 
-    python -m tseeds_jax.eval.peer_table DIR --recorded docs/results/demo_hard_5seeds.json \
-        --record docs/results/demo_hard_peers.json [--task hard]
+    python -m tseeds_jax.eval.peer_table NEW_DIR REF_DIR --record docs/results/demo_hard_peers.json
 
-DIR is a `tseeds demo --methods prefixrl,questa,fr3e,cure` output folder. Each row: held-out
-pass@1 (mean ± 95% t interval, per seed), the difference to on-policy DAPO and to Thinking Seeds
-`mixture` (Welch 95% interval and p; Holm's correction over each column's comparisons, a family
-of their own), generated tokens per step, wall seconds per step (steps 5 on: the first include
-compilation) and the all-equal share of groups. The recorded methods' pass@1 comes from the
-recorded per-seed values (printed to 0.1 points); their tokens, times and all-equal shares were
-not re-run here and are left blank. Only seeds whose run finished (an eval.json) count, and the
-row says how many.
+NEW_DIR: a `tseeds demo --methods prefixrl,questa,fr3e,cure` output folder; REF_DIR: one of
+`--methods dapo,ts_ratio,ts_mixture` with the same task and base policy (the demo is
+deterministic on one CPU, not across CPUs: docs/demo_results.md, "Numbers vary with the CPU").
+Each row: held-out pass@1 (mean ± 95% t interval, per seed), the difference to on-policy DAPO
+(Welch 95% interval and p; Holm's correction over that column's comparisons) and, for the new
+methods, to Thinking Seeds `mixture` (Holm over those four), generated tokens per step, wall
+seconds per step (from step 5: the first include compilation) and the all-equal share of
+groups. Only seeds whose run finished (an eval.json) count, and the row says how many.
 """
 
 from __future__ import annotations
@@ -27,10 +26,8 @@ from tseeds_jax.eval.rundata import t_interval
 from tseeds_jax.eval.seed_report import holm, welch_interval
 
 NEW = (("prefixrl", "PrefixRL"), ("questa", "QuestA"), ("fr3e", "FR3E"), ("cure", "CURE"))
-RECORDED_LABELS = {"dapo": "On-policy DAPO", "ts_ratio": "Thinking Seeds (ratio 0.5, T 8)",
-                   "ts_mixture": "Thinking Seeds, `mixture`",
-                   "ts_mixture_spread": "Thinking Seeds, `mixture_spread`",
-                   "ts_adaptive": "Thinking Seeds, adaptive (first rule)"}
+REF = (("dapo", "On-policy DAPO"), ("ts_ratio", "Thinking Seeds (ratio 0.5, T 8)"),
+       ("ts_mixture", "Thinking Seeds, `mixture`"))
 WARMUP_STEPS = 5
 
 
@@ -65,36 +62,33 @@ def _cell(res, kept) -> str:
     return f"{mark}{100 * d:+.1f} ± {100 * h:.1f} (p={p:.2f}; Holm: {'yes' if kept else 'no'}){mark}"
 
 
-def build(runs_root: str, recorded: dict, seeds: int) -> dict:
+def build(new_root: str, ref_root: str, seeds: int) -> dict:
     """{"table", "values"} of the record (see the module docstring)."""
-    rec_pass = {k[: -len("_pass1")]: [x / 100 for x in v["value"]]
-                for k, v in recorded["values"].items() if k.endswith("_pass1")}
-    new: dict[str, list[dict]] = {}
-    for name, _ in NEW:
-        got = [run_stats(os.path.join(runs_root, "runs", name, f"seed{s}")) for s in range(seeds)]
-        new[name] = [g for g in got if g is not None]
-    pass1 = dict(rec_pass)
-    pass1.update({m: [r["pass1"] for r in rs] for m, rs in new.items() if rs})
-    tests = {}
-    for ref in ("dapo", "ts_mixture"):
-        res = {m: (welch_interval(pass1[m], pass1[ref]) if len(pass1[m]) >= 2 else None)
-               for m, _ in NEW if m in pass1}
+    runs: dict[str, list[dict]] = {}
+    for root, methods in ((ref_root, REF), (new_root, NEW)):
+        for name, _ in methods:
+            got = [run_stats(os.path.join(root, "runs", name, f"seed{s}")) for s in range(seeds)]
+            runs[name] = [g for g in got if g is not None]
+    pass1 = {m: [r["pass1"] for r in rs] for m, rs in runs.items()}
+
+    def family(methods, ref):
+        res = {m: (welch_interval(pass1[m], pass1[ref])
+                   if len(pass1[m]) >= 2 and len(pass1[ref]) >= 2 else None) for m in methods}
         keys = [m for m, r in res.items() if r is not None and math.isfinite(r[2])]
         kept = dict(zip(keys, holm([res[m][2] for m in keys]), strict=True))
-        tests[ref] = {m: _cell(r, kept.get(m)) for m, r in res.items()}
+        return {m: _cell(r, kept.get(m)) for m, r in res.items()}
+
+    vs_dapo = family([m for m, _ in REF[1:] + NEW], "dapo")
+    vs_mix = family([m for m, _ in NEW], "ts_mixture")
     rows, values = [], {}
-    for m, label in RECORDED_LABELS.items():
-        if m in rec_pass:
-            rows.append([label, f"{_pm(rec_pass[m])} ({', '.join(f'{100 * x:.1f}' for x in rec_pass[m])})",
-                         str(len(rec_pass[m])), "—", "—", "not re-run", "not re-run", "not re-run"])
-    for m, label in NEW:
-        rs = new[m]
+    for m, label in REF + NEW:
+        rs = runs[m]
         if not rs:
             rows.append([label, "did not run", "0", "—", "—", "—", "—", "—"])
             continue
-        vals = [r["pass1"] for r in rs]
+        vals = pass1[m]
         rows.append([label, f"{_pm(vals)} ({', '.join(f'{100 * x:.1f}' for x in vals)})",
-                     str(len(rs)), tests["dapo"].get(m, "—"), tests["ts_mixture"].get(m, "—"),
+                     str(len(rs)), vs_dapo.get(m, "—"), vs_mix.get(m, "—"),
                      f"{np.mean([r['tokens'] for r in rs]):.0f}",
                      f"{np.mean([r['step_s'] for r in rs]):.2f}",
                      f"{100 * np.mean([r['equal'] for r in rs]):.1f}"])
@@ -104,16 +98,16 @@ def build(runs_root: str, recorded: dict, seeds: int) -> dict:
                                           "unit": "generated tokens per step (mean over seeds)"}
         values[f"{m}_s_per_step"] = {"value": round(float(np.mean([r["step_s"] for r in rs])), 3),
                                      "unit": f"wall s per step from step {WARMUP_STEPS}"}
-    cols = ["method", "held-out pass@1, % (per seed)", "seeds", "vs DAPO (Welch; Holm over the new "
-            "methods)", "vs `mixture` (Welch; Holm over the new methods)", "generated tokens / step",
-            "wall s / step", "all-equal groups, %"]
+    cols = ["method", "held-out pass@1, % (per seed)", "seeds",
+            "vs DAPO (Welch 95%; Holm over 6)", "vs `mixture` (Welch 95%; Holm over 4)",
+            "generated tokens / step", "wall s / step", "all-equal groups, %"]
     return {"table": {"columns": cols, "rows": rows}, "values": values}
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", help="the tseeds demo output folder of the new methods")
-    ap.add_argument("--recorded", required=True, help="the record of the existing methods")
+    ap.add_argument("new", help="the tseeds demo output folder of the new methods")
+    ap.add_argument("ref", help="the folder of dapo, ts_ratio, ts_mixture (same base policy)")
     ap.add_argument("--record", required=True, help="where to write this table's record")
     ap.add_argument("--task", default="hard")
     ap.add_argument("--seeds", type=int, default=5)
@@ -121,18 +115,16 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     from tseeds_jax import results_record
 
-    recorded = results_record.load(args.recorded)
-    got = build(args.runs, recorded, args.seeds)
+    got = build(args.new, args.ref, args.seeds)
     name = os.path.splitext(os.path.basename(args.record))[0]
     cmd = ((args.command + "; ") if args.command else "") + (
-        f"python -m tseeds_jax.eval.peer_table {args.runs} --recorded {args.recorded} "
+        f"python -m tseeds_jax.eval.peer_table {args.new} {args.ref} "
         f"--record {args.record} --task {args.task} --seeds {args.seeds}")
     rec = results_record.make(
-        name, f"demo, {args.task} task: peer restart methods beside the recorded methods "
-        f"({os.path.basename(args.recorded)})", "measured", cmd, backend="cpu",
+        name, f"demo, {args.task} task: peer restart methods beside DAPO and Thinking Seeds, "
+        "same base policy, one machine", "measured", cmd, backend="cpu",
         values=got["values"], table=got["table"],
-        note="recorded rows: pass@1 per seed from the recorded table (0.1 points), other columns "
-             "not re-run; new rows: only the seeds whose run finished")
+        note="only the seeds whose run finished count (the seeds column)")
     results_record.write(args.record, rec)
     for row in got["table"]["rows"]:
         print(" | ".join(row))
