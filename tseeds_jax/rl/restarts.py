@@ -18,6 +18,7 @@ Single host only (the plug-in draws the whole batch itself).
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import numpy as np
@@ -48,14 +49,13 @@ class RestartHooks:
         self.cfg, self.rs = cfg, cfg.restart
         self.pool: list[dict[str, Any]] | None = None
         self.factors: list[float] = []
-        self.last: dict[str, Any] = {}
+        self.last: dict[str, Any] = {}  # this step's restart/* metrics
+        self.last_pool: dict[str, float] = {}  # the pool's, once (PrefixRL, step 0)
 
     def wrap_collect(self, collect, params):
         trainer = collect.__self__  # the plug-in draws prompts and samples like Trainer._collect
 
         def wrapped(sampler_params, step):
-            import time
-
             if not trainer.hosts.single:
                 raise ConfigValueError(f"config.restart.method={self.rs.method!r}: runs on a "
                                        "single host only")
@@ -206,7 +206,7 @@ class RestartHooks:
 
     def step_metrics(self, samples):
         out = dict(self.last)
-        out.update(getattr(self, "last_pool", {}))
+        out.update(self.last_pool)
         self.last_pool = {}
         return out
 
