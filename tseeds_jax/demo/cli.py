@@ -3,7 +3,8 @@
 Trains a character tokenizer, warm-starts a tiny decoder on worked chain-sum solutions (a base
 policy that is right sometimes but not always), then trains on-policy DAPO and Thinking Seeds
 (ratio truncation; the adaptive mixture and mixture_spread selectors; with --methods also the
-first adaptive rule, entropy truncation and the mini-batched DAPO baseline) from that base for
+first adaptive rule, entropy truncation, the mini-batched DAPO baseline and the peer restart
+methods prefixrl, questa, fr3e, cure: docs/restart_methods.md) from that base for
 3 training seeds (--seeds N; 5 take ~29 min on an idle 2-core machine), on the default or the
 hard task (--task), evaluates everything on held-out problems (avg@n, pass@k, relay inference)
 and writes DIR/report.md with plots.
@@ -38,7 +39,8 @@ def _parser() -> argparse.ArgumentParser:
                         "docs/results/ holds the ones the docs print)")
     p.add_argument("--methods", default=None,
                    help="comma-separated methods to run (default dapo,ts_ratio,ts_mixture,"
-                        "ts_mixture_spread; also: ts_adaptive, ts_entropy, dapo_minibatch)")
+                        "ts_mixture_spread; also: ts_adaptive, ts_entropy, dapo_minibatch and the "
+                        "peer restart methods prefixrl, questa, fr3e, cure)")
     return p
 
 

@@ -55,7 +55,18 @@ def default_methods() -> list[Method]:
                {"seeds.refresh_interval": 8, "seeds.truncation": "entropy", "seeds.top_k": 8}),
         Method("dapo_minibatch", "On-policy DAPO, 4 mini-batches",
                {"seeds.refresh_interval": 1, "optim.mini_batches": 4}),
-    ]
+    ] + restart_methods()
+
+
+def restart_methods() -> list[Method]:
+    """The peer restart methods (docs/restart_methods.md), on request (`--methods`)."""
+    from tseeds_jax.rl.restart_configs import overrides
+
+    labels = {"prefixrl": "PrefixRL (pool prefixes, half the groups)",
+              "questa": "QuestA (hints 50% -> 25%)",
+              "fr3e": "FR3E (entropy branches, value-modulated)",
+              "cure": "CURE (entropy branches, then DAPO)"}
+    return [Method(name, label, overrides(name)) for name, label in labels.items()]
 
 
 def method_names() -> list[str]:

@@ -22,6 +22,7 @@ from tseeds_jax.rl.config_sections import (
     LossConfig,
     OffPolicyConfig,
     OptimConfig,
+    RestartConfig,
     RolloutConfig,
     SeedsConfig,
     StaleConfig,
@@ -29,7 +30,7 @@ from tseeds_jax.rl.config_sections import (
 )
 
 __all__ = ["AdvantageConfig", "ConfigValueError", "DataConfig", "HardwareConfig", "LossConfig",
-           "OffPolicyConfig", "OptimConfig", "RolloutConfig", "SeedsConfig", "StaleConfig",
+           "OffPolicyConfig", "OptimConfig", "RestartConfig", "RolloutConfig", "SeedsConfig", "StaleConfig",
            "TrainConfig", "TrainModelConfig", "default_config", "tiny_config"]
 
 LOSS_AGG_MODES = ("token-mean", "seq-mean-token-sum", "seq-mean-token-mean", "seq-mean-token-sum-norm")
@@ -90,6 +91,7 @@ class TrainConfig:
     loss: LossConfig = section(LossConfig)
     offpolicy: OffPolicyConfig = section(OffPolicyConfig)
     stale: StaleConfig = section(StaleConfig)
+    restart: RestartConfig = section(RestartConfig)  # peer restart methods (rl/restarts.py)
     advantage: AdvantageConfig = section(AdvantageConfig)
     optim: OptimConfig = section(OptimConfig)
     # devices per mesh axis; -1 fills with the devices left (model/sharding.py MeshSpec)
@@ -198,6 +200,9 @@ class TrainConfig:
             bad("loss.kl_type", lo.kl_type, "unknown KL estimator")
         self._validate_family()
         self._validate_hardware()
+        from tseeds_jax.rl.restart_checks import validate as validate_restart
+
+        validate_restart(self)
         positive_int("advantage.max_gen_batches", a.max_gen_batches)
         if a.overlong_buffer < 0 or a.overlong_buffer >= r.max_response_len:
             bad("advantage.overlong_buffer", a.overlong_buffer,

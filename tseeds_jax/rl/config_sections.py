@@ -114,6 +114,30 @@ class SeedsConfig:
 
 
 @dataclasses.dataclass(frozen=True)
+class RestartConfig:
+    """`config.restart`: peer restart methods as baselines (rl/restarts.py, docs/restart_methods.md).
+
+    "" off | "prefixrl" (prefixes of successful base-model traces, fixed pool) | "questa" (a
+    partial reference solution as a prefix) | "fr3e" / "cure" (branches from high-entropy tokens of
+    the step's own rollouts). Prefixes of prefixrl/questa are context only (seeds.variant "state")."""
+
+    method: str = ""  # "" | "prefixrl" | "questa" | "fr3e" | "cure"
+    prefix_share: float = 0.5  # prefixrl / questa: share of a batch's groups that get a prefix
+    prefix_ratio: float = 0.5  # prefixrl: prefix = this share of the successful trace's tokens
+    pool_prompts: int = 64  # prefixrl: prompts tried by rejection sampling (once per run)
+    pool_budget: int = 8  # prefixrl: samples per pool prompt (the budget); first success kept
+    hint_start: float = 0.5  # questa: hint = this share of the reference solution's tokens ...
+    hint_end: float = 0.25  # ... and this share from step round(hint_switch * steps) on
+    hint_switch: float = 0.5  # questa: where the hint share drops (a share of the steps)
+    branch_base: int = 0  # fr3e / cure: first-pass rollouts per prompt (0: group_size // 2)
+    branch_points: int = 2  # fr3e / cure: high-entropy anchors per group; the other G - base
+    # samples of the group are split evenly over them (branch rollouts count in the step's batch)
+    branch_top_k: int = 1  # anchor = a uniform pick among a rollout's k highest-entropy tokens
+    value_beta: float = 1.0  # fr3e: branch advantages x exp(-beta (V(anchor) - V(prompt)))
+    stage1_frac: float = 0.5  # cure: branching for this share of steps, then plain DAPO
+
+
+@dataclasses.dataclass(frozen=True)
 class LossConfig:
     """`config.loss`: the policy loss (a registered family member) and its hyperparameters."""
 

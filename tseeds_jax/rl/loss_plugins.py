@@ -70,6 +70,10 @@ class Plugin:
     def rollout_kwargs(self, prompts, step: int, first_sample: int) -> dict[str, Any]:
         return {}
 
+    def wrap_collect(self, collect: Callable, params) -> Callable:
+        """The step's generation: `collect` (Trainer._collect) or one of the plug-in's own."""
+        return collect
+
     def annotate(self, params, samples, tokens_BT, attn_BT) -> None:
         """Attaches this plug-in's per-sample statistics under `params` (stale rollouts)."""
 
@@ -257,6 +261,10 @@ class LossPlugins:
         if learner.proposal_top_k:
             plugins.append(TopKProposal(stats, learner.proposal_top_k, cfg.seed,
                                         recompute=recompute))
+        if cfg.restart.method:  # PrefixRL / QuestA / FR3E / CURE (rl/restarts.py)
+            from tseeds_jax.rl.restarts import restart_plugin
+
+            plugins.append(restart_plugin(cfg, Plugin))
         return cls(plugins, stats, method=cfg.method_label, stale=stale)
 
     def of(self, kind: type) -> Any:
@@ -273,6 +281,8 @@ class LossPlugins:
     def collect(self, collect: Callable, sampler_params, params, step: int):
         """collect(sampler_params, step) -> (samples, info): the trainer's generation, queued
         when rollouts are stale."""
+        for p in self.plugins:
+            collect = p.wrap_collect(collect, params)
         if self.stale is None:
             return collect(sampler_params, step)
         return self.stale.next_batch(collect, self.annotate, sampler_params, params, step)

@@ -29,8 +29,11 @@ class PromptStream:
     counted) so that every drawn prompt fits the prompt width.
     """
 
-    def __init__(self, source, encode, max_prompt_len: int, *, seed: int):
+    def __init__(self, source, encode, max_prompt_len: int, *, seed: int, encode_text=None):
+        """encode: a prompt (template applied) -> ids; encode_text: plain text -> ids (QuestA's
+        hints, rl/restarts.py; None: `encode`)."""
         self.encode, self.max_len = encode, max_prompt_len
+        self.encode_text = encode_text or encode
         # Its own random stream: the loader's [seed, epoch] would reuse streams drawn from [seed, k].
         order_seed = int(np.random.SeedSequence([seed, 0xDA7A]).generate_state(1)[0])
         self.loader = ExampleLoader(source, batch_size=1, seed=order_seed, process_index=0,
@@ -255,7 +258,7 @@ def build_env(cfg: TrainConfig, *, checkpointer=None) -> tuple[TrainEnv, Any]:
     max_prompt = cfg.data.max_prompt_len
     template = cfg.data.template
     stream = PromptStream(source, lambda text: encode_prompt(tok, template, text), max_prompt,
-                          seed=cfg.seed)
+                          seed=cfg.seed, encode_text=tok.encode)
     stops = stop_token_ids(tok, template)
     sample_fn = make_sample_fn(cfg, graphdef, stops, max_prompt + cfg.rollout.max_response_len,
                                model_cfg=model.cfg)

@@ -1,0 +1,19 @@
+"""QuestA (a peer restart method, docs/restart_methods.md), Qwen2.5-Math-7B / DAPO-Math-17k.
+
+Method settings: tseeds_jax/rl/restart_configs.py (`apply_restart`, method "questa"); everything
+else is the paper's on-policy DAPO setting (family_configs.qwen25_math_7b_base).
+
+    tseeds train --config configs/qwen25_math_7b_questa.py \
+        --config.model.init=hf:DIR --config.tokenizer=hf:DIR \
+        --config.data.source=NAME:PATH
+
+QuestA's hints need a worked solution per problem (tseeds_jax/data/hints.py): a source whose
+references carry a "solution" string (DAPO-Math-17k's references are final answers only).
+"""
+
+from tseeds_jax.rl.family_configs import qwen25_math_7b_base
+from tseeds_jax.rl.restart_configs import apply_restart
+
+
+def get_config():
+    return apply_restart(qwen25_math_7b_base(), "questa", scale="paper")
