@@ -68,7 +68,9 @@ def provenance(rec: dict[str, Any]) -> str:
              f"commit {rec['commit']}" if rec.get("commit") else "commit unknown",
              f"backend {rec['backend']}"]
     if where:
-        parts.append(where + (f", load {load[0]}" if load else ""))
+        # A load is the 1-minute average list of os.getloadavg(), or a range written as text.
+        first = load if isinstance(load, str) else (load[0] if load else None)
+        parts.append(where + (f", load {first}" if first is not None else ""))
     if rec.get("transcribed"):
         parts.append(f"transcribed from {rec['source']}")
     return "Source: " + "; ".join(parts) + f" (record `docs/results/{rec['name']}.json`)."
