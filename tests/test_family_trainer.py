@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from tests.trainer_utils import parity_reward, tiny_cd
+from tests.trainer_utils import parity_reward, set_fields, tiny_cd
 from tseeds_jax.rl import rollout
 from tseeds_jax.rl.config import ConfigValueError, TrainConfig
 from tseeds_jax.rl.errors import ConfigValueError as LossConfigError
@@ -29,12 +29,7 @@ def _trainer(run_dir, method=None, *, checkpoints=False, **overrides):
         if c.seeds.refresh_interval > 1:
             c.seeds.refresh_interval = 2  # a refresh at step 0, a seeded batch at step 1
     c.steps = 2
-    for key, value in overrides.items():
-        node = c
-        *path, last = key.split(".")
-        for p in path:
-            node = node[p]
-        node[last] = value
+    set_fields(c, overrides)
     cfg = TrainConfig.from_config(c)
     return make_trainer(cfg, checkpoints=checkpoints, env_overrides={"reward_fn": parity_reward})
 
@@ -176,12 +171,7 @@ def test_luffy_jsonl_trace_is_the_first_sample_with_seed_mask_over_the_response(
 def test_bad_family_config_names_the_field(tmp_path):
     def cfg(**over):
         c = tiny_cd(tmp_path)
-        for key, value in over.items():
-            node = c
-            *path, last = key.split(".")
-            for p in path:
-                node = node[p]
-            node[last] = value
+        set_fields(c, over)
         return TrainConfig.from_config(c)
 
     # rl/family.py raises the leaf module's ConfigValueError (it may not import rl/config.py);

@@ -8,7 +8,7 @@ import types
 import numpy as np
 import pytest
 
-from tests.trainer_utils import tiny_cd
+from tests.trainer_utils import set_fields, tiny_cd
 from tseeds_jax.data import hints
 from tseeds_jax.rl import branching, losses, rollout
 from tseeds_jax.rl.config import ConfigValueError, TrainConfig
@@ -104,12 +104,7 @@ class Scripted:
 
 def _cfg(method, **over):
     c = apply_restart(tiny_cd("/tmp/unused", **{"rollout.max_response_len": R}), method)
-    for key, value in over.items():
-        node = c
-        *path, last = key.split(".")
-        for p in path:
-            node = node[p]
-        node[last] = value
+    set_fields(c, over)
     return TrainConfig.from_config(c)
 
 

@@ -9,7 +9,7 @@ Runs on the 8 emulated CPU devices of conftest.py.
 import numpy as np
 import pytest
 
-from tests.trainer_utils import parity_reward, tiny_cd
+from tests.trainer_utils import parity_reward, set_fields, tiny_cd
 from tseeds_jax.rl import hosts, rollout
 from tseeds_jax.rl.config import TrainConfig
 from tseeds_jax.rl.family_configs import apply_method
@@ -23,12 +23,7 @@ def _trainer(run_dir, method, **overrides):
     c = apply_method(tiny_cd(run_dir), method, scale="tiny")  # as configs/tiny_<method>.py
     c.run_dir = str(run_dir)
     c.optim.micro_batch_size = 2
-    for key, value in overrides.items():
-        node = c
-        *path, last = key.split(".")
-        for p in path:
-            node = node[p]
-        node[last] = value
+    set_fields(c, overrides)
     return make_trainer(TrainConfig.from_config(c), checkpoints=False,
                         env_overrides={"reward_fn": parity_reward})
 

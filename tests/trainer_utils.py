@@ -11,6 +11,16 @@ def parity_reward(texts, refs):
     return [(float(len(t) % 2), "parity") for t in texts]
 
 
+def set_fields(c, overrides: dict) -> None:
+    """Sets dotted config fields ("rollout.group_size": 4) of the ConfigDict `c` in place."""
+    for key, value in overrides.items():
+        node = c
+        *path, last = key.split(".")
+        for p in path:
+            node = node[p]
+        node[last] = value
+
+
 def tiny_cd(run_dir, **overrides):
     c = tiny_config()
     c.run_dir = str(run_dir)
@@ -26,12 +36,7 @@ def tiny_cd(run_dir, **overrides):
     c.rollout.max_response_len = 20
     c.optim.lr = 3e-3
     c.seeds.snapshots = False
-    for key, value in overrides.items():
-        node = c
-        *path, last = key.split(".")
-        for p in path:
-            node = node[p]
-        node[last] = value
+    set_fields(c, overrides)
     return c
 
 

@@ -14,6 +14,8 @@ import dataclasses
 import ml_collections
 
 import tseeds_jax.rl.length_distribution as length_distribution
+import tseeds_jax.rl.partial_config as partial_config
+import tseeds_jax.rl.restart_checks as restart_checks
 from tseeds_jax.rl.config_fields import ConfigValueError, build, mapping, section, to_config_dict
 from tseeds_jax.rl.config_sections import (
     AdvantageConfig,
@@ -200,9 +202,7 @@ class TrainConfig:
             bad("loss.kl_type", lo.kl_type, "unknown KL estimator")
         self._validate_family()
         self._validate_hardware()
-        from tseeds_jax.rl.restart_checks import validate as validate_restart
-
-        validate_restart(self)
+        restart_checks.validate(self)
         positive_int("advantage.max_gen_batches", a.max_gen_batches)
         if a.overlong_buffer < 0 or a.overlong_buffer >= r.max_response_len:
             bad("advantage.overlong_buffer", a.overlong_buffer,
@@ -274,9 +274,7 @@ class TrainConfig:
                 bad("optim.old_logp", self.optim.old_logp,
                     "stale rollouts need the generation-time log-probs ('auto' or 'recompute')")
         family.check_run(lo, refresh_interval=self.seeds.refresh_interval, offpolicy_source=op.source)
-        from tseeds_jax.rl.partial_config import check_config
-
-        check_config(self)  # partial rollouts and rollout correction (stale.*)
+        partial_config.check_config(self)  # partial rollouts and rollout correction (stale.*)
 
     def _validate_hardware(self) -> None:
         def bad(field, value, why):

@@ -3,7 +3,7 @@ leaf module, so that `rl/config.py` can call it without importing the trainer's 
 
 from __future__ import annotations
 
-from tseeds_jax.rl.config_fields import ConfigValueError
+from tseeds_jax.rl.config_fields import bad as bad_field
 from tseeds_jax.rl.rollout_correction import MODES
 
 
@@ -12,7 +12,7 @@ def check_config(cfg) -> None:
     st = cfg.stale
 
     def bad(field, value, why):
-        raise ConfigValueError(f"config.stale.{field}={value!r}: {why}")
+        bad_field(f"stale.{field}", value, why)
 
     for name in ("partial_tokens", "max_staleness", "groups_in_flight"):
         v = getattr(st, name)

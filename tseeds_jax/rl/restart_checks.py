@@ -3,7 +3,7 @@ the run, and the group layout of FR3E / CURE. JAX-free, so the config imports it
 
 from __future__ import annotations
 
-from tseeds_jax.rl.errors import ConfigValueError
+from tseeds_jax.rl.config_fields import bad as bad_field
 
 METHODS = ("prefixrl", "questa", "fr3e", "cure")
 PREFIX_METHODS = ("prefixrl", "questa")
@@ -24,7 +24,7 @@ def split(group_size: int, base: int, points: int) -> tuple[int, int]:
 def validate(cfg) -> None:
     """Checks `config.restart` against the rest of the run (called by TrainConfig.validate)."""
     def bad(field, value, why):
-        raise ConfigValueError(f"config.restart.{field}={value!r}: {why}")
+        bad_field(f"restart.{field}", value, why)
 
     rs = cfg.restart
     if rs.method == "":
