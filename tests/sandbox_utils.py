@@ -102,7 +102,27 @@ def as_user(pw):
         "--init-groups", "--inh-caps=-all", "--reset-env",
         "env", f"HOME={pw.pw_dir}",
     ]
+    opened = _open_checkout_to_others()
     try:
         yield shell
     finally:
+        for path, mode in reversed(opened):
+            os.chmod(path, mode)
         os.rmdir(stage)
+
+
+def _open_checkout_to_others() -> list[tuple[Path, int]]:
+    """The user's child runs `python -m tests...` from the checkout, which it must read: a clone
+    into `mktemp -d` (mode 0700, as CI makes one) is closed to other users. Adds o+rx to the
+    checkout and o+x to its closed ancestors below /root's level, for the test's duration;
+    returns (path, old mode) to restore. /root itself is handled by the mount namespace above."""
+    root = Path(__file__).resolve().parents[1]
+    opened = []
+    for path, bits in [(root, 0o005)] + [(a, 0o001) for a in root.parents]:
+        if path == Path("/") or path == Path("/root"):
+            continue
+        mode = path.stat().st_mode & 0o7777
+        if mode & bits != bits:
+            opened.append((path, mode))
+            os.chmod(path, mode | bits)
+    return opened
