@@ -1,5 +1,6 @@
-"""Synchronous vs asynchronous (partial rollouts, staleness 1) RL on a long-tailed task, side by
-side in one process: wall time for the same steps, tokens, slot occupancy, held-out pass@1.
+"""Synchronous vs asynchronous RL (partial rollouts; a one-step lag; both overlapped with the
+update) on a long-tailed task, side by side in one process: wall time for the same steps, tokens,
+slot occupancy, held-out pass@1.
 
     nice -n 5 python benchmarks/bench_async.py --seeds 5 --record
 
@@ -7,8 +8,12 @@ The task: compact chain sums whose term count is drawn from a truncated geometri
 most often, 10 rarely), so the worked responses run from about 8 tokens to the cap. One warm
 start (SFT) gives the base policy; every run starts from it. "sync": today's step (each sampler
 call decodes until its longest response ends). "async": `stale.partial_tokens` per step, the
-rest continued as seeds by the next policy, `stale.max_staleness` 1 (rl/partial.py). Both train
-the same number of steps of B prompts x G responses. With `--record`, writes
+rest continued as seeds by the next policy, `stale.max_staleness` 1 (rl/partial.py). "lag":
+M2PO's fixed lag of one step (`stale.steps` 1, rl/stale.py), generation then update;
+"lag_overlap": the same batches generated in a worker thread while the learner updates
+(`stale.overlap`, rl/overlap.py); "async_overlap": partial rollouts generated one step ahead
+during the update (staleness bound 2: the lag takes one). All train the same number of steps of
+B prompts x G responses. With `--record`, writes
 docs/results/async_bench.json (rendered into docs/async.md by `python -m
 tseeds_jax.results_render`).
 """
@@ -66,10 +71,26 @@ class LongTailChainSum:
         return CompactChainSum.alphabet()
 
 
-def methods(chunk: int, staleness: int):
-    return [ex.Method("sync", "synchronous (today's step)", {}),
+METHODS = ("sync", "async", "lag", "lag_overlap", "async_overlap")
+
+
+def methods(chunk: int, staleness: int, names=METHODS):
+    """sync: today's step; async: partial rollouts; lag: M2PO's fixed lag (batch k + s generated
+    at step k, then the update of batch k); lag_overlap: the same batches, generated in a worker
+    thread while the learner updates (`stale.overlap`); async_overlap: partial rollouts
+    generated one step ahead during the update, staleness bound one higher (the lag uses one)."""
+    lag = {"stale.steps": staleness, "optim.old_logp": "recompute"}
+    all_ = [ex.Method("sync", "synchronous (today's step)", {}),
             ex.Method("async", f"partial rollouts {chunk} tokens/step, staleness {staleness}",
-                      {"stale.partial_tokens": chunk, "stale.max_staleness": staleness})]
+                      {"stale.partial_tokens": chunk, "stale.max_staleness": staleness}),
+            ex.Method("lag", f"fixed lag {staleness}, generation then update", lag),
+            ex.Method("lag_overlap", f"fixed lag {staleness}, generation during the update",
+                      {**lag, "stale.overlap": True}),
+            ex.Method("async_overlap", f"partial rollouts {chunk} tokens/step during the update, "
+                      f"staleness {staleness + 1}",
+                      {"stale.partial_tokens": chunk, "stale.max_staleness": staleness + 1,
+                       "stale.steps": 1, "stale.overlap": True})]
+    return [m for m in all_ if m.name in names]
 
 
 def run(args) -> dict:
@@ -100,8 +121,9 @@ def run(args) -> dict:
                  "runs": []}
     # Untimed warm-up runs (seed 1000) first: each method's sampler and learner shapes compile
     # once, so that the timed runs compare steps, not compilations.
-    plan = [(1000, m) for m in methods(args.chunk, args.staleness)] * bool(args.warmup_runs)
-    plan += [(seed, m) for seed in range(args.seeds) for m in methods(args.chunk, args.staleness)]
+    ms = methods(args.chunk, args.staleness, args.methods.split(","))
+    plan = [(1000, m) for m in ms] * bool(args.warmup_runs)
+    plan += [(seed, m) for seed in range(args.seeds) for m in ms]
     for seed, m in plan:
         run_dir = os.path.join(dc.out, "runs", m.name, f"seed{seed}")
         cfg, _ = ex.rl_config(dc, tok_path, run_dir, seed, m)
@@ -135,7 +157,8 @@ def run(args) -> dict:
 
 def summary(out: dict, args) -> tuple[dict, dict]:
     rows, values = [], {}
-    for name in ("sync", "async"):
+    names = [n for n in METHODS if any(r["method"] == n for r in out["runs"])]
+    for name in names:
         rs = [r for r in out["runs"] if r["method"] == name]
         p = np.array([r["pass1"] for r in rs])
         half = 1.96 * p.std(ddof=1) / np.sqrt(len(p)) if len(p) > 1 else float("nan")
@@ -156,9 +179,11 @@ def summary(out: dict, args) -> tuple[dict, dict]:
                      f"{agg['generated_tokens']:.0f}",
                      f"{agg['trained_tokens']:.0f}", f"{agg['slot_occupancy']:.2f}",
                      f"{100 * agg['pass1']:.1f} ± {100 * half:.1f}"])
-    for k in ("wall_s", "steady_step_s", "rollout_s"):
-        values[f"ratio_{k}"] = {"value": round(values[f"async_{k}"]["value"]
-                                               / values[f"sync_{k}"]["value"], 3), "unit": "x"}
+    for name in names[1:]:  # "ratio_<k>" (async / sync) keeps its old name
+        for k in ("wall_s", "steady_step_s", "rollout_s"):
+            key = f"ratio_{k}" if name == "async" else f"ratio_{name}_{k}"
+            values[key] = {"value": round(values[f"{name}_{k}"]["value"]
+                                          / values[f"sync_{k}"]["value"], 3), "unit": "x"}
     table = {"columns": ["run", "wall s", "median step s", "rollout s", "learner s",
                          "tokens decoded", "tokens trained", "slot occupancy",
                          "held-out pass@1 % (95% CI)"], "rows": rows}
@@ -181,6 +206,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warmup-steps", type=int, default=3, help="steps left out of the median")
     ap.add_argument("--warmup-runs", type=int, default=1, help="1: an untimed run per method "
                     "first (compilation)")
+    ap.add_argument("--methods", default=",".join(METHODS),
+                    help=f"comma-separated runs, sync first ({', '.join(METHODS)})")
     ap.add_argument("--record", action="store_true", help="write docs/results/async_bench.json")
     args = ap.parse_args(argv)
     out = run(args)
@@ -194,8 +221,9 @@ def main(argv=None) -> int:
 
         cmd = "nice -n 5 python benchmarks/bench_async.py " + " ".join(argv or sys.argv[1:])
         rec = results_record.make(
-            "async_bench", "sync vs async (partial rollouts, staleness 1) on a long-tailed "
-            "chain-sum task, same steps, one process", "measured", cmd, backend="cpu",
+            "async_bench", "sync vs async (partial rollouts; a lag of one step; each with the "
+            "generation overlapped with the update) on a long-tailed chain-sum task, same steps, "
+            "one process", "measured", cmd, backend="cpu",
             values=values, table=table,
             note=(f"{args.seeds} training seeds x {args.steps} steps of {args.batch_prompts} "
                   f"prompts x {args.group_size}, after one untimed warm-up run per method "

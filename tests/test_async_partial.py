@@ -221,12 +221,14 @@ def test_config_errors_name_the_field(field, value, match):
         TrainConfig.from_config(c)
 
 
-def test_partial_rollouts_refuse_seeded_and_stale_runs():
+def test_partial_rollouts_refuse_seeded_runs_and_a_lag_above_the_bound():
     c = tiny_config()
     c.stale.partial_tokens = 4
-    c.stale.steps = 1
-    with pytest.raises(ConfigValueError, match="stale.steps=0"):
+    c.stale.steps = 2  # max_staleness 1
+    with pytest.raises(ConfigValueError, match="stale.max_staleness=1: must be >= stale.steps=2"):
         TrainConfig.from_config(c)
+    c.stale.steps = 1
+    TrainConfig.from_config(c)  # generated one step ahead, within the bound
     c.stale.steps = 0
     c.seeds.refresh_interval = 3
     with pytest.raises(ConfigValueError, match="refresh_interval"):

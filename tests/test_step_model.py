@@ -251,3 +251,24 @@ def test_plan_cli_bad_step_model_flag_is_one_line(tmp_path, capsys):
                         "--max-staleness=-1"])
     assert rc == 2
     assert "tseeds plan: step model: max_staleness=-1: must be >= 0" in capsys.readouterr().err
+
+
+def test_plan_cli_staleness_comes_from_the_config_unless_the_flag_is_given(tmp_path, capsys):
+    import json
+
+    from tseeds_jax.scale import plan_cli
+
+    cfg = tmp_path / "c.py"
+    cfg.write_text("from tseeds_jax.rl.config import tiny_config\n"
+                   "def get_config():\n    c = tiny_config()\n    c.model.arch.vocab_size = 64\n"
+                   "    c.hardware.sampler_placement = 'decode'\n    return c\n")
+    base = ["--config", str(cfg), "--accelerator", "v5p-8", "--config.mesh.fsdp=4", "--json"]
+    got = {}
+    for extra in ([], ["--config.stale.max_staleness=3"],
+                  ["--config.stale.max_staleness=3", "--max-staleness=0"]):
+        assert plan_cli.main(base + extra) == 0
+        got[len(extra)] = json.loads(capsys.readouterr().out)["step_model"]["async"]
+    assert [got[n]["max_staleness"] for n in (0, 1, 2)] == [1, 3, 0]  # 1: the config's default
+    lag = got[0]["response_oldest_lag_share"]
+    assert got[2]["responses_over_staleness"] == pytest.approx(sum(lag[1:]))
+    assert got[1]["responses_over_staleness"] == pytest.approx(sum(lag[4:]))

@@ -170,6 +170,9 @@ class StaleConfig:
     bounded staleness (docs/async.md); rollout correction."""
 
     steps: int = 0  # s: train step k on the batch generated at step k - s (0: on-policy)
+    # s >= 1: generate batch k + s in a worker thread while the learner updates batch k (the
+    # same batches and numbers as without; costs one copy of the parameters; docs/async.md)
+    overlap: bool = False
     # Partial rollouts (docs/async.md, rl/partial.py): a step decodes at most `partial_tokens`
     # new tokens per response; unfinished responses are interrupted and continued by the next
     # policies as seeds. 0: off (every response runs to its end in the step that starts it).

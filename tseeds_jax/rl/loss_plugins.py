@@ -278,14 +278,18 @@ class LossPlugins:
             out.update(p.rollout_kwargs(prompts, step, first_sample))
         return out
 
-    def collect(self, collect: Callable, sampler_params, params, step: int):
+    def collect(self, collect: Callable, sampler_params, params, step: int, *,
+                defer: bool = False):
         """collect(sampler_params, step) -> (samples, info): the trainer's generation, queued
-        when rollouts are stale."""
+        when rollouts are stale. defer (stale rollouts): (samples, info, ahead), ahead() being
+        the generation of the batch s steps ahead, or None (`StaleRollouts.next_batch`)."""
         for p in self.plugins:
             collect = p.wrap_collect(collect, params)
         if self.stale is None:
-            return collect(sampler_params, step)
-        return self.stale.next_batch(collect, self.annotate, sampler_params, params, step)
+            out = collect(sampler_params, step)
+            return (*out, None) if defer else out
+        return self.stale.next_batch(collect, self.annotate, sampler_params, params, step,
+                                     defer=defer)
 
     def annotate(self, params, samples: list[rollout.Sample]) -> None:
         """Attaches the learner's statistics under `params` to every sample. Runs with no

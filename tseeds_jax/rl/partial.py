@@ -31,6 +31,12 @@ k's first call and, being the oldest complete groups, are trained at step k. So 
 is more than s versions older than the learner. s = 0 makes every group due at once: synchronous training
 through this path. With `partial_tokens` = 0 this module is not used at all and the trainer
 runs today's synchronous step unchanged.
+
+Generated ahead (`stale.steps` = L >= 1, rl/stale.py): the batch of step j comes from the pool
+at step j - L, decoded by that step's parameters, so its tokens are of version j - L (the
+continuation, over pi_old = those parameters) or older (the seed); `stale.overlap` runs that
+pool call while the learner updates. The pool's own bound is then s - L, and no trained token
+is more than s versions older than the learner either way.
 """
 
 from __future__ import annotations
@@ -103,7 +109,10 @@ class PartialRollouts(Plugin):
     def __init__(self, cfg, stats: RowStats):
         r, st = cfg.rollout, cfg.stale
         self.b, self.g, self.r = r.batch_prompts, r.group_size, r.max_response_len
-        self.chunk, self.s = st.partial_tokens, st.max_staleness
+        # Behind M2PO's lag L (stale.steps: the batch of step j is generated at step j - L, by
+        # that step's parameters) every token is L versions old when trained, so the pool's
+        # own bound is max_staleness - L (docs/async.md, "Overlap").
+        self.chunk, self.s = st.partial_tokens, st.max_staleness - getattr(st, "steps", 0)
         self.capacity = st.groups_in_flight or self.b * (self.s + 1)
         self.run_seed, self.slots = cfg.seed, cfg.hardware.sampler_slots
         self.stats = stats
@@ -112,8 +121,12 @@ class PartialRollouts(Plugin):
         self.next_gid = 0
 
     # ---- one step ----
-    def next_batch(self, sample_fn, take, sampler_params, params, step: int):
-        """(samples, info) to train at `step`. take(n) -> (prompt id lists, references)."""
+    def next_batch(self, sample_fn, take, sampler_params, params, step: int,
+                   version: int | None = None):
+        """(samples, info) to train at `step`. take(n) -> (prompt id lists, references).
+        version: the step of `params` (the version of the tokens decoded now); `step` unless
+        the batch is generated ahead (stale.steps)."""
+        version = step if version is None else version
         room = min(self.capacity - len(self.pool), self.b * (step + 1 + self.s) - self.next_gid)
         if room > 0:
             prompts, refs = take(room)
@@ -122,35 +135,36 @@ class PartialRollouts(Plugin):
                                        [Response() for _ in range(self.g)]))
                 self.next_gid += 1
         tally = {"decoded": 0, "slot_steps": 0, "calls": 0}
-        self._decode(sample_fn, sampler_params, step, self.pool, tally,
+        self._decode(sample_fn, sampler_params, step, version, self.pool, tally,
                      full=lambda grp: step - grp.admitted >= self.s)
         while True:
             ready = sorted((x for x in self.pool if x.done), key=_age_order)
             if len(ready) >= self.b:
                 break
             pending = sorted((x for x in self.pool if not x.done), key=_age_order)
-            self._decode(sample_fn, sampler_params, step, pending[: self.b - len(ready)], tally,
-                         full=lambda grp: True)
+            self._decode(sample_fn, sampler_params, step, version,
+                         pending[: self.b - len(ready)], tally, full=lambda grp: True)
         train = ready[: self.b]
         chosen = {x.gid for x in train}
         self.pool = [x for x in self.pool if x.gid not in chosen]
         t0 = time.perf_counter()
-        self._annotate(params, step)
+        self._annotate(params, version)
         stats_s = time.perf_counter() - t0
-        samples = [self._sample(i, grp, resp, step) for i, grp in enumerate(train)
+        samples = [self._sample(i, grp, resp, version) for i, grp in enumerate(train)
                    for resp in grp.responses]
         info = {"partial_calls": tally["calls"], "partial_decoded_tokens": tally["decoded"],
                 "slot_occupancy": tally["decoded"] / max(tally["slot_steps"], 1),
                 "partial_groups_in_flight": len(self.pool),
                 "partial_responses_in_flight": sum(not r.finish for x in self.pool
                                                    for r in x.responses),
-                "group_staleness_max": max(step - x.admitted for x in train),
+                "group_staleness_max": max(step - _first_version(x) for x in train),
                 "time_partial_stats": stats_s}  # inside time_rollout
         info.update(version_metrics(samples, step))
         return samples, info
 
-    def _decode(self, sample_fn, sampler_params, step, groups, tally, *, full) -> None:
-        """One sampler call over the unfinished responses of `groups`; appends what it wrote."""
+    def _decode(self, sample_fn, sampler_params, step, version, groups, tally, *, full) -> None:
+        """One sampler call over the unfinished responses of `groups`; appends what it wrote,
+        as tokens of `version`. Random streams and request indices follow `step`."""
         todo, requests, budgets, index, optional = [], [], [], [], []
         due = any(full(grp) and not r.finish for grp in groups for r in grp.responses)
         for grp in groups:
@@ -184,7 +198,8 @@ class PartialRollouts(Plugin):
             resp.tokens += tokens
             resp.sampler_logp = np.concatenate([resp.sampler_logp, np.asarray(logp, np.float32)])
             resp.learner_logp = np.concatenate([resp.learner_logp, np.zeros(len(tokens), np.float32)])
-            resp.versions = np.concatenate([resp.versions, np.full(len(tokens), step, np.int32)])
+            resp.versions = np.concatenate([resp.versions,
+                                            np.full(len(tokens), version, np.int32)])
             if finish == "error":
                 raise RuntimeError("sampler returned an error for a partial rollout")
             if finish == "stop" or len(resp.tokens) >= self.r:
@@ -193,11 +208,11 @@ class PartialRollouts(Plugin):
         tally["decoded"] += done
         tally["slot_steps"] += spent
 
-    def _annotate(self, params, step: int) -> None:
-        """Learner log-probs under `params` (version `step`) of the tokens this step wrote into
-        the responses that stay in the pool (their seed denominators when trained later)."""
+    def _annotate(self, params, version: int) -> None:
+        """Learner log-probs under `params` (version `version`) of the tokens this step wrote
+        into the responses that stay in the pool (their seed denominators when trained later)."""
         rows = [(grp, resp) for grp in self.pool for resp in grp.responses
-                if len(resp.versions) and resp.versions[-1] == step]
+                if len(resp.versions) and resp.versions[-1] == version]
         if not rows:
             return
         tokens, attn = rollout.sequences_for_stats([(g.prompt_ids, r.tokens) for g, r in rows],
@@ -210,12 +225,14 @@ class PartialRollouts(Plugin):
         attn = np.concatenate([attn, np.repeat(attn[:1], pad, 0)])
         logp = self.stats.logp_entropy(params, tokens, attn, self.r)[0][: len(rows)]
         for j, (_, resp) in enumerate(rows):
-            new = resp.versions == step
+            new = resp.versions == version
             resp.learner_logp = np.where(new, logp[j, : len(resp.tokens)],
                                          resp.learner_logp).astype(np.float32)
 
-    def _sample(self, i: int, grp: Group, resp: Response, step: int) -> rollout.Sample:
-        h = int(np.sum(resp.versions < step))  # versions rise along a response: a prefix
+    def _sample(self, i: int, grp: Group, resp: Response, version: int) -> rollout.Sample:
+        """Tokens of older versions are the seed; those of `version` (the parameters that
+        generate now: pi_old of the loss) the continuation."""
+        h = int(np.sum(resp.versions < version))  # versions rise along a response: a prefix
         return rollout.Sample(
             group=i, prompt_ids=list(grp.prompt_ids), reference=grp.reference,
             seed_ids=resp.tokens[:h], seed_logp=resp.learner_logp[:h].copy(),
@@ -267,6 +284,12 @@ class PartialRollouts(Plugin):
 
 def _age_order(grp: Group) -> tuple[int, int]:
     return grp.admitted, grp.gid
+
+
+def _first_version(grp: Group) -> int:
+    """The version of a group's oldest token (its admission step when nothing was written)."""
+    firsts = [int(r.versions[0]) for r in grp.responses if len(r.versions)]
+    return min(firsts) if firsts else grp.admitted
 
 
 def version_metrics(samples: list[rollout.Sample], step: int) -> dict[str, float]:

@@ -23,11 +23,16 @@ def check_config(cfg) -> None:
     t = st.correction_threshold
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 1.0:
         bad("correction_threshold", t, "must be a number > 1")
+    if not isinstance(st.overlap, bool):
+        bad("overlap", st.overlap, "must be True or False")
+    if st.overlap and not st.steps:
+        bad("overlap", st.overlap, "overlaps the generation of batch k + s with the update of "
+            "batch k, so it needs stale.steps >= 1 (docs/async.md)")
     if not st.partial_tokens:
         return
-    if st.steps:
-        bad("partial_tokens", st.partial_tokens, "partial rollouts bound their staleness "
-            "themselves (max_staleness): set stale.steps=0")
+    if st.steps > st.max_staleness:
+        bad("max_staleness", st.max_staleness, f"must be >= stale.steps={st.steps}: batches "
+            "generated that many steps ahead are that many versions old when trained")
     if cfg.seeds.refresh_interval > 1:
         bad("partial_tokens", st.partial_tokens, "partial rollouts do not yet combine with "
             "Thinking Seeds refreshes (set seeds.refresh_interval=1; docs/async.md)")

@@ -30,25 +30,39 @@ class StaleRollouts:
         self.steps = steps
         self.queue: dict[int, tuple[list[rollout.Sample], dict[str, Any]]] = {}
 
-    def next_batch(self, collect: Callable, annotate: Callable, sampler_params, params, step: int):
-        """(samples, info) to train at `step`.
+    def next_batch(self, collect: Callable, annotate: Callable, sampler_params, params, step: int,
+                   *, defer: bool = False):
+        """(samples, info) to train at `step`; with `defer`, (samples, info, ahead).
 
         collect(sampler_params, j) -> (samples, info) generates batch j; annotate(params, samples)
-        attaches the generating policy's log-probs (in place).
+        attaches the generating policy's log-probs (in place). defer: batch step + s is left for
+        `ahead()` (None when it is queued already), a function that generates and queues it with
+        these parameters: the trainer runs it while the learner updates (`stale.overlap`). Batches
+        are the same either way: batch j's prompts, random streams and parameters do not depend
+        on when it is generated, and nothing else draws prompts meanwhile.
         """
-        for j in range(step, step + self.steps + 1):
-            if j in self.queue:
-                continue
-            samples, info = collect(sampler_params, j)
-            annotate(params, samples)
-            self.queue[j] = (samples, {**info, "generated_at": step})
+        last = step + self.steps
+        for j in range(step, last if defer else last + 1):
+            if j not in self.queue:
+                self._generate(collect, annotate, sampler_params, params, step, j)
         if step not in self.queue:
             raise KeyError(f"stale rollouts: no batch queued for step {step} "
                            f"(queued: {sorted(self.queue)})")
         samples, info = self.queue.pop(step)
         info = dict(info)
         info["stale_age"] = step - info.pop("generated_at")
-        return samples, info
+        if not defer:
+            return samples, info
+        ahead = None
+        if last not in self.queue:
+            def ahead():
+                self._generate(collect, annotate, sampler_params, params, step, last)
+        return samples, info, ahead
+
+    def _generate(self, collect, annotate, sampler_params, params, step: int, j: int) -> None:
+        samples, info = collect(sampler_params, j)
+        annotate(params, samples)
+        self.queue[j] = (samples, {**info, "generated_at": step})
 
     # ---- checkpointing ----
     def state(self) -> tuple[dict[str, Any], dict[str, Any]]:

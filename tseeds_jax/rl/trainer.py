@@ -24,7 +24,7 @@ import numpy as np
 from tseeds_jax.model.sharding import batch_sharding
 from tseeds_jax.rewards.health import check_rewards
 from tseeds_jax.rl import hosts as hosts_lib
-from tseeds_jax.rl import preemption, rollout, rollout_correction
+from tseeds_jax.rl import overlap, preemption, rollout, rollout_correction
 from tseeds_jax.rl.config import TrainConfig
 from tseeds_jax.rl.learner import Learner, TrainState
 from tseeds_jax.rl.loss_plugins import LossPlugins, RowStats, learner_old_logp_mode
@@ -253,13 +253,15 @@ class Trainer:
             samples = self._filter_groups(params, step, samples, info)
         return samples, info
 
-    def _collect_partial(self, pool: PartialRollouts, sampler_params, params, step: int):
-        """Samples of this step from the partial-rollout pool (rl/partial.py), with rewards."""
+    def _collect_partial(self, pool: PartialRollouts, sampler_params, params, step: int,
+                         version: int | None = None):
+        """Samples of batch `step` from the partial-rollout pool (rl/partial.py), with rewards;
+        `version`: the step of `params` (`PartialRollouts.next_batch`)."""
         if not self.hosts.single:
             raise NotImplementedError("partial rollouts run on one host for now (docs/async.md)")
         t0 = time.perf_counter()
         samples, info = pool.next_batch(self._sample_fn(), self.env.prompts.take, sampler_params,
-                                        params, step)
+                                        params, step, version=version)
         info["rollout_time"] = time.perf_counter() - t0
         # generated_tokens = the tokens decoded this step (trained or carried)
         info["behavior_tokens"] = info["partial_decoded_tokens"] - sum(
@@ -338,12 +340,49 @@ class Trainer:
         # (hardware.sampler_placement="sharded") the learner's sharded parameters as they are.
         params = hosts_lib.sampler_params(self.state.params, c.hardware.sampler_placement,
                                           self.hosts)
-        sampler_params = _cast(params, self.cfg.model.sampler_dtype)
         pool = self.plugins.of(PartialRollouts)
-        if pool is not None:
-            samples, info = self._collect_partial(pool, sampler_params, params, step)
+        ahead = overlap.Ahead(None)
+        gen = params
+        if c.stale.overlap:
+            if not self.hosts.single:
+                raise NotImplementedError("stale.overlap runs on one host for now: the worker's "
+                                          "collectives would interleave with the update's "
+                                          "(docs/async.md)")
+            gen = overlap.snapshot(params)  # the worker's own copy: the update donates params
+        sampler_params = _cast(gen, self.cfg.model.sampler_dtype)
+        if pool is not None and not c.stale.steps:
+            samples, info = self._collect_partial(pool, sampler_params, gen, step)
         else:
-            samples, info = self.plugins.collect(self._collect, sampler_params, params, step)
+            collect = self._collect
+            if pool is not None:  # the pool behind M2PO's lag: tokens of this step's version
+                def collect(sp, j):
+                    return self._collect_partial(pool, sp, gen, j, version=step)
+            out = self.plugins.collect(collect, sampler_params, gen, step,
+                                       defer=c.stale.overlap)
+            samples, info = out[:2]
+            if c.stale.overlap:  # batch step + s, generated while the learner updates
+                ahead = overlap.Ahead(out[2])
+        try:
+            metrics = self._learn(samples, info, params, step)
+        except BaseException:
+            ahead.wait(reraise=False)
+            raise
+        waited = ahead.wait()
+        if c.stale.overlap:  # the worker's generation, and the part of it the step waited for
+            metrics.update(time_ahead=ahead.seconds, time_ahead_wait=waited)
+        metrics["time_step"] = time.perf_counter() - t_start
+        metrics["tokens_per_second"] = metrics["generated_tokens"] / max(metrics["time_step"], 1e-9)
+        if not np.isfinite(metrics["loss"]) or not np.isfinite(metrics["grad_norm"]):
+            bad = "loss" if not np.isfinite(metrics["loss"]) else "grad_norm"
+            where = self._save(tag="nan")
+            raise TrainingError(f"step {step}: {bad}={metrics[bad]} is not finite; "
+                                f"state saved at {where} for inspection")
+        self.step += 1
+        return metrics
+
+    def _learn(self, samples, info, params, step: int) -> dict[str, Any]:
+        """Advantages, the batch, its statistics and the learner's update; the step's metrics."""
+        c = self.cfg
         g, r = c.rollout.group_size, c.rollout.max_response_len
         adv = (rollout.sample_advantages(samples, norm_by_std=c.advantage.norm_by_std,
                                          max_response_len=r,
@@ -369,27 +408,19 @@ class Trainer:
         lmetrics = jax.device_get(lmetrics)
         self.plugins.after_update(lmetrics)
         learner_time = time.perf_counter() - t0
-        step_time = time.perf_counter() - t_start
         metrics = _sample_metrics(_gather_samples(samples, self.hosts), g)
         metrics.update({k: v for k, v in lmetrics.items()})
         metrics.update(info.pop("all_groups"))
         metrics.update(self.plugins.step_metrics(samples))
         gen_tokens = sum(len(s.cont_ids) for s in samples) + info["behavior_tokens"]
         metrics.update(info)
-        metrics.update(time_learner=learner_time, time_step=step_time, generated_tokens=gen_tokens,
-                       tokens_per_second=gen_tokens / max(step_time, 1e-9))
+        metrics.update(time_learner=learner_time, generated_tokens=gen_tokens)
         metrics["time_rollout"] = metrics.pop("rollout_time")
         metrics["time_reward"] = metrics.pop("reward_time")
         metrics["time_refresh"] = metrics.pop("refresh_time")
         sync = getattr(self.env.sample_fn, "weight_sync", None)
         if sync is not None:  # the decode layout's reshards of this step (inside time_rollout)
             metrics["time_weight_sync"] = sync.take_seconds()
-        if not np.isfinite(metrics["loss"]) or not np.isfinite(metrics["grad_norm"]):
-            bad = "loss" if not np.isfinite(metrics["loss"]) else "grad_norm"
-            where = self._save(tag="nan")
-            raise TrainingError(f"step {step}: {bad}={metrics[bad]} is not finite; "
-                                f"state saved at {where} for inspection")
-        self.step += 1
         return metrics
 
     # ---- loop, checkpoints ----

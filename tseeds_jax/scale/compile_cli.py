@@ -195,7 +195,7 @@ def main(argv: list[str]) -> int:
     except (ConfigValueError, ValueError) as e:
         print(f"tseeds compile: {str(e).splitlines()[0]}", file=sys.stderr)
         return 2
-    res.step_params = step_report.step_params(fv)
+    res.step_params = step_report.step_params(fv, fv.config)
     broken = [(n, e) for n, kind, e in res.failures if kind == "compile"]
     unpartitioned = res.pallas_failures
     if unpartitioned:

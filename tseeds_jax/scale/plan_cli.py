@@ -208,7 +208,7 @@ def step_estimate(plan, fv) -> dict | None:
     inputs = step_model.plan_inputs(plan.workload, plan.hbm_bytes)
     if inputs is None:
         return None
-    params = step_params(fv)
+    params = step_params(fv, getattr(fv, "config", None))
     how = "update: --update-s"
     if params["update_s"] is None:
         params["update_s"] = inputs["update_flops_s"]

@@ -35,8 +35,9 @@ def step_model_flags(flags, fv) -> None:
     """The step model's own knobs (scale/step_model.py), shared with `tseeds plan`."""
     flags.DEFINE_float("update_s", None, "step model: the learner update's seconds (default: "
                        "the compiled update's roofline + ICI, else left out)", flag_values=fv)
-    flags.DEFINE_integer("max_staleness", 1, "step model: versions a token may lag (reported, "
-                         "not enforced)", flag_values=fv)
+    flags.DEFINE_integer("max_staleness", None, "step model: versions a token may lag (reported, "
+                         "not enforced; default: the config's stale.max_staleness)",
+                         flag_values=fv)
     flags.DEFINE_float("budget_tokens", None, "step model: async token budget per step "
                        "(default: the sync batch's tokens)", flag_values=fv)
     flags.DEFINE_bool("keep_kv", False, "step model: interrupted responses keep their KV cache "
@@ -46,8 +47,12 @@ def step_model_flags(flags, fv) -> None:
                       flag_values=fv)
 
 
-def step_params(fv) -> dict:
-    return dict(update_s=fv.update_s, max_staleness=fv.max_staleness,
+def step_params(fv, config=None) -> dict:
+    """The knobs from the flags; a flag left unset reads the config (`stale.max_staleness`)."""
+    staleness = fv.max_staleness
+    if staleness is None:
+        staleness = int(config.stale.max_staleness) if config is not None else 1
+    return dict(update_s=fv.update_s, max_staleness=staleness,
                 budget_tokens=fv.budget_tokens, reprefill=not fv.keep_kv,
                 placement=fv.async_placement)
 
