@@ -210,7 +210,7 @@ def test_rollout_correction_masks_by_hand():
 
 @pytest.mark.parametrize("field,value,match", [
     ("stale.partial_tokens", -1, "partial_tokens"),
-    ("stale.correction", "tis", "correction"),
+    ("stale.correction", "is_weights", "correction"),
     ("stale.correction_threshold", 0.5, "correction_threshold"),
 ])
 def test_config_errors_name_the_field(field, value, match):

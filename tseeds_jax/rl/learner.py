@@ -62,6 +62,7 @@ class LearnerBatch:
     topk_ids_BRK: Any = None  # int32 proposal top-K ids (SIS only)
     topk_logp_BRK: Any = None  # float32 proposal log-probs at those ids (SIS only)
     topk_valid_BR: Any = None  # float32, 1 where topk_* hold the proposal (SIS only)
+    tis_weight_BR: Any = None  # float32 truncated importance weights (stale.correction "tis")
 
     @property
     def response_width(self) -> int:
@@ -312,6 +313,8 @@ class Learner:
                 opt["entropy_mean"] = _token_mean(jax.lax.stop_gradient(ent), resp)
         if needs.controller:
             opt[needs.controller.field] = extra.get("controller_state")
+        if mb.tis_weight_BR is not None:
+            opt["tis_weight_BT"] = mb.tis_weight_BR
         inputs = losses.LossInputs.create(
             logp, old, mb.advantages_B, loss_mask, seed_mask_BT=seed,
             entropy_BT=ent, ref_logp_BT=mb.ref_logp_BR if self.lcfg.kl_coef else None,
@@ -438,6 +441,8 @@ class Learner:
                 # Row-sharded like the per-token arrays (trailing K replicated).
                 sh = sh.replace(topk_ids_BRK=sh.resp_mask_BR, topk_logp_BRK=sh.resp_mask_BR,
                                 topk_valid_BR=sh.resp_mask_BR)
+            if batch.tis_weight_BR is not None and getattr(sh, "tis_weight_BR", None) is None:
+                sh = sh.replace(tis_weight_BR=sh.resp_mask_BR)
             batch = jax.device_put(batch, sh)
         if self.needs.topk_proposal and batch.topk_ids_BRK is None:
             raise ValueError(f"loss {self.loss_name!r} needs a batch built with top_k "

@@ -4,7 +4,7 @@ leaf module, so that `rl/config.py` can call it without importing the trainer's 
 from __future__ import annotations
 
 from tseeds_jax.rl.config_fields import bad as bad_field
-from tseeds_jax.rl.rollout_correction import MODES
+from tseeds_jax.rl.rollout_correction import MODES, TIS_LOSSES
 
 
 def check_config(cfg) -> None:
@@ -20,6 +20,9 @@ def check_config(cfg) -> None:
             bad(name, v, "must be an integer >= 0")
     if st.correction not in MODES:
         bad("correction", st.correction, f"known: {MODES}")
+    if st.correction == "tis" and cfg.loss.name not in TIS_LOSSES:
+        bad("correction", st.correction, f"loss.name={cfg.loss.name!r} has no per-token weight; "
+            f"TIS works with {TIS_LOSSES} (token_mask / seq_mask work with every loss)")
     t = st.correction_threshold
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 1.0:
         bad("correction_threshold", t, "must be a number > 1")

@@ -13,17 +13,23 @@ continuation tokens: pi_old). As verl's rollout correction in its masking modes:
   seq_mask    rows whose geometric-mean w (exp of the mean log w over the row's tokens) leaves
               [1/t, t] leave the loss whole.
 
+  tis         truncated importance sampling: every token's clipped loss is multiplied by
+              min(w, t), a constant (no gradient through it); no token leaves the loss. The
+              PPO-form losses take it (`TIS_LOSSES`); the others refuse it at config time.
+
 Masking composes with the mixed-source ratio by removing tokens, never by changing the ratio:
-the kept seed tokens keep pi_theta / pi_b, the kept continuation tokens pi_theta / pi_old.
-Truncated weights (TIS, w capped and multiplied into the token loss) need a per-token weight
-in the learner's loss and are not offered here (docs/async.md).
+the kept seed tokens keep pi_theta / pi_b, the kept continuation tokens pi_theta / pi_old. TIS
+multiplies the token's loss, so a seed token's gradient is min(w, t) x that of
+pi_theta / pi_b: the product pi_theta / pi_b x pi_b / pi_sampler, truncated (docs/async.md).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-MODES = ("off", "token_mask", "seq_mask")
+MODES = ("off", "token_mask", "seq_mask", "tis")
+# Losses whose clipped token loss takes the TIS weight (losses/ppo.py `ppo_loss_from_log_ratio`).
+TIS_LOSSES = ("dapo", "grpo", "stare", "sis")
 
 
 def log_weights(resp_BR, seed_BR, behavior_logp_BR, old_logp_BR, sampler_logp_BR) -> np.ndarray:
@@ -43,7 +49,7 @@ def correction_mask(resp_BR, log_w_BR, mode: str, threshold: float):
     on = resp > 0
     bound = float(np.log(threshold))
     log_w = np.asarray(log_w_BR, np.float64)
-    if mode == "off":
+    if mode in ("off", "tis"):
         keep = on
     elif mode == "token_mask":
         keep = on & (np.abs(log_w) <= bound)
@@ -57,3 +63,17 @@ def correction_mask(resp_BR, log_w_BR, mode: str, threshold: float):
                "rc_abs_log_w_mean": float(np.abs(log_w[on]).mean()) if on.any() else 0.0,
                "rc_w_max": float(w.max()), "rc_w_min": float(w.min())}
     return np.where(keep, resp, 0.0).astype(np.float32), metrics
+
+
+def tis_weights(resp_BR, log_w_BR, threshold: float):
+    """(weights [B, R] float32, metrics): min(w, t) on response tokens, 1 elsewhere."""
+    if not threshold > 1.0:
+        raise ValueError(f"rollout correction threshold {threshold!r}: must be > 1")
+    on = np.asarray(resp_BR) > 0
+    log_w = np.clip(np.asarray(log_w_BR, np.float64), -20.0, 20.0)
+    capped = np.minimum(log_w, float(np.log(threshold)))
+    w = np.where(on, np.exp(capped), 1.0)
+    n = max(int(on.sum()), 1)
+    metrics = {"rc_truncated_token_frac": float((on & (log_w > capped)).sum() / n),
+               "rc_tis_weight_mean": float(w[on].mean()) if on.any() else 1.0}
+    return w.astype(np.float32), metrics

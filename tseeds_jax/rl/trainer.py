@@ -276,7 +276,8 @@ class Trainer:
 
     def _correct(self, params, batch, samples):
         """Rollout correction (stale.correction): masks tokens / rows whose weight pi_den /
-        pi_sampler leaves [1/t, t] (rl/rollout_correction.py); (batch, metrics)."""
+        pi_sampler leaves [1/t, t], or ("tis") gives the loss the weights min(w, t)
+        (rl/rollout_correction.py); (batch, metrics)."""
         c = self.cfg
         r = c.rollout.max_response_len
         if self.learner.old_logp_mode == "recompute":
@@ -296,6 +297,12 @@ class Trainer:
         sampler = np.where(known, sampler, den)
         log_w = rollout_correction.log_weights(batch.resp_mask_BR, batch.seed_mask_BR,
                                                batch.behavior_logp_BR, old, sampler)
+        if c.stale.correction == "tis":
+            w, metrics = rollout_correction.tis_weights(batch.resp_mask_BR, log_w,
+                                                        c.stale.correction_threshold)
+            _, stats = rollout_correction.correction_mask(batch.resp_mask_BR, log_w, "off",
+                                                          c.stale.correction_threshold)
+            return batch.replace(tis_weight_BR=w), {**stats, **metrics}
         mask, metrics = rollout_correction.correction_mask(
             batch.resp_mask_BR, log_w, c.stale.correction, c.stale.correction_threshold)
         return batch.replace(resp_mask_BR=mask), metrics

@@ -191,6 +191,8 @@ class LossInputs:
         (`stare_token_weights`); if None they are computed over the rows of this call.
       entropy_mean: scalar, token-mean entropy of the mini-batch from the pre-update pass (STARE gate).
       stare_state: adaptive STARE weights (overrides the hparams' W/M when given).
+      tis_weight_BT: truncated importance weights min(pi_den / pi_sampler, t), constants that
+        multiply the clipped token loss (rollout correction "tis"; the PPO-form losses).
     """
 
     logp_BT: Array
@@ -209,6 +211,7 @@ class LossInputs:
     stare_weight_BT: Array | None = None
     entropy_mean: Array | None = None
     stare_state: STAREState | None = None
+    tis_weight_BT: Array | None = None
 
     @classmethod
     def create(cls, logp_BT, old_logp_BT, advantages, mask_BT, **optional) -> LossInputs:
@@ -228,7 +231,7 @@ class LossInputs:
 _BT_FIELDS = (
     "logp_BT", "old_logp_BT", "advantages_BT", "mask_BT", "seed_mask_BT", "entropy_BT",
     "ref_logp_BT", "behavior_logp_BT", "target_in_topk_BT", "uniforms_BT", "m2po_keep_BT",
-    "stare_weight_BT",
+    "stare_weight_BT", "tis_weight_BT",
 )
 
 

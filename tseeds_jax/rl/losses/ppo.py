@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 
+import jax
 import jax.numpy as jnp
 from jaxtyping import Array
 
@@ -124,6 +125,8 @@ def ppo_loss_from_log_ratio(
     )
     if token_weight_BT is not None:
         loss_BT = loss_BT * token_weight_BT.astype(loss_BT.dtype)
+    if inputs.tis_weight_BT is not None:  # rollout correction "tis": weights are constants
+        loss_BT = loss_BT * jax.lax.stop_gradient(inputs.tis_weight_BT).astype(loss_BT.dtype)
     share = aggregate(loss_BT, inputs.mask_BT, hparams.agg_mode, denominators)
     kl_lr = log_ratio_BT if kl_log_ratio_BT is None else kl_log_ratio_BT
     return share, ppo_metrics(kl_lr, clipped, dual, inputs.mask_BT)
