@@ -140,3 +140,25 @@ def test_config_lag_above_the_staleness_bound_is_refused(tmp_path):
                                                r"stale.steps=2"):
         TrainConfig.from_config(tiny_cd(tmp_path, **{"stale.partial_tokens": 6,
                                                      "stale.steps": 2}))
+
+
+@pytest.mark.slow  # ~15 s: 2 steps of the shipped config on the smaller test model
+def test_shipped_async_config_trains(tmp_path):
+    import importlib.util
+    import os
+
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs", "tiny_async.py")
+    spec = importlib.util.spec_from_file_location("tiny_async", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    c = mod.get_config()
+    small = tiny_cd(tmp_path)  # the trainer tests' smaller model and batch, this config's stale
+    small.stale = c.stale
+    small.method, small.steps = c.method, 2
+    from tests.trainer_utils import parity_reward
+    from tseeds_jax.rl.runner import make_trainer
+
+    tr = make_trainer(TrainConfig.from_config(small), env_overrides={"reward_fn": parity_reward})
+    hist = tr.run()
+    assert [m["stale_age"] for m in hist] == [0, 1] and all(m["time_ahead"] > 0 for m in hist)
+    assert all(np.isfinite(m["loss"]) and "rc_tis_weight_mean" in m for m in hist)
