@@ -13,6 +13,7 @@ from tseeds_jax.rl.config import TrainConfig, tiny_config
 from tseeds_jax.rl.config_fields import ConfigValueError
 from tseeds_jax.rl.losses.mixed_source import mix_old_logp
 from tseeds_jax.rl.partial import PartialRollouts, version_metrics
+from tseeds_jax.rl.restart_configs import apply_restart
 from tseeds_jax.rl.rollout_correction import correction_mask, log_weights
 
 P, R = 4, 12  # prompt width, response width
@@ -231,5 +232,112 @@ def test_partial_rollouts_refuse_seeded_runs_and_a_lag_above_the_bound():
     TrainConfig.from_config(c)  # generated one step ahead, within the bound
     c.stale.steps = 0
     c.seeds.refresh_interval = 3
-    with pytest.raises(ConfigValueError, match="refresh_interval"):
+    TrainConfig.from_config(c)  # refresh cycles run through the pool (docs/async.md)
+
+
+def test_partial_rollouts_refuse_a_restart_method():
+    c = apply_restart(tiny_config(), "questa")
+    TrainConfig.from_config(c)
+    c.stale.partial_tokens = 4
+    with pytest.raises(ConfigValueError, match="partial_tokens=4: restart.method='questa'"):
         TrainConfig.from_config(c)
+
+
+class SeededBatches:
+    """Refresh cycles of T batches: batch j % T = 0 is on-policy (its fetch is the refresh, as
+    Trainer._refresh), batch j % T = t > 0 is seeded: prompt [100 j + k + 1], sample i's seed
+    = t + i tokens 7, seed log-prob -0.5 each."""
+
+    def __init__(self, t):
+        self.t, self.fetched = t, []
+
+    def __call__(self, j):
+        self.fetched.append(j)
+        prompts = [[100 * j + k + 1] for k in range(2)]
+        refs = [None, None]
+        if j % self.t == 0:
+            return prompts, refs, None, True
+        n = [j % self.t + i for k in range(2) for i in range(2)]
+        return prompts, refs, ([[7] * m for m in n], [np.full(m, -0.5, np.float32) for m in n]), \
+            False
+
+
+def test_refresh_cycle_seeds_enter_the_pool_as_carried_tokens_of_pi_b():
+    """T = 2, s = 1, B = G = 2, C = 3, every response 6 tokens long. Step 0 admits batches 0 and
+    1 (B (k + 1 + s) groups): fetching batch 0 is the refresh (pi_b = version 0). Batch 1's
+    responses start from their seeds and decode C tokens; at step 1 they are due and finish,
+    and everything written before step 1 is the trained sample's seed."""
+    pool = PartialRollouts(_cfg(b=2, g=2, chunk=3, s=1), STATS)
+    src = SeededBatches(2)
+    sampler = scripted_sampler([6] * 400)  # prompt p's responses end at position 6
+
+    def take(n):
+        raise AssertionError("refresh cycles admit through `batches`")
+
+    s0, _ = pool.next_batch(sampler, take, 0, 0, 0, batches=src)
+    assert src.fetched == [0, 1] and pool.refresh_version == 0
+    assert [x.prompt_ids for x in s0[::2]] == [[1], [2]]  # batch 0, on-policy
+    r = {g.gid: g for g in pool.pool}[2].responses[1]  # prompt 101, sample 1: a 2-token seed
+    assert r.tokens[:2] == [7, 7] and np.isnan(r.sampler_logp[:2]).all()
+    assert len(r.tokens) == 2 + 3 and list(r.versions) == [0] * 5
+    # seed: pi_b's log-probs from the refresh; the chunk: the learner's under version 0
+    np.testing.assert_allclose(r.learner_logp, [-0.5, -0.5, -0.3, -0.4, -0.5], rtol=1e-6)
+    s1, i1 = pool.next_batch(sampler, take, 1, 1, 1, batches=src)
+    assert src.fetched == [0, 1, 2] and pool.refresh_version == 1  # batch 2's refresh at step 1
+    assert [x.prompt_ids for x in s1[::2]] == [[101], [102]]
+    x = s1[1]
+    assert x.seed_ids == [7, 7] + [10 * 101 + pos + 1 for pos in range(2, 5)]
+    np.testing.assert_allclose(x.seed_logp, [-0.5, -0.5, -0.3, -0.4, -0.5], rtol=1e-6)
+    assert np.isnan(x.seed_sampler_logp[:2]).all() and np.isfinite(x.seed_sampler_logp[2:]).all()
+    assert x.cont_ids == [STOP] and list(x.versions) == [0] * 5 + [1]
+    np.testing.assert_allclose(x.cont_logp, [-0.06 - 0.001], rtol=1e-6)  # sampler, version 1
+    assert i1["token_age/1"] == sum(len(s.seed_ids) for s in s1)
+    assert all(np.isfinite(v) for k, v in i1.items() if k.startswith("logp_gap_age/"))
+
+
+def test_refresh_cycle_pool_state_with_pending_groups_continues_exactly():
+    """groups_in_flight = 3 < B (s + 1) splits batches across steps: the rest of a fetched batch
+    waits (pending) and is checkpointed with the refresh version."""
+    lengths = [2, 12, 3, 9, 1, 12, 5, 4, 7, 12, 2, 6] * 50
+
+    def fresh():
+        return PartialRollouts(_cfg(b=2, chunk=3, s=2, in_flight=3), STATS), SeededBatches(3)
+
+    def run(pool, src, steps, first=0):
+        sampler = scripted_sampler(lengths)
+        return [pool.next_batch(sampler, None, k, k, k, batches=src)
+                for k in range(first, first + steps)]
+
+    pool, src = fresh()
+    ref = run(pool, src, 7)
+    pool, src = fresh()
+    run(pool, src, 3)
+    assert pool.pending and pool.pool, "the test needs pending groups and responses in flight"
+    tree, meta = pool.state()
+    back, src2 = fresh()
+    back.load(tree, meta)
+    assert back.refresh_version == pool.refresh_version >= 0
+    got = run(back, src2, 4, first=3)
+    assert src2.fetched and src2.fetched[0] == src.fetched[-1] + 1  # nothing fetched twice
+    for (sa, ia), (sb, ib) in zip(ref[3:], got, strict=True):
+        assert {k: v for k, v in ia.items() if not k.startswith("time_")} == \
+            {k: v for k, v in ib.items() if not k.startswith("time_")}
+        for a, b in zip(sa, sb, strict=True):
+            assert a.response_ids == b.response_ids and a.seed_ids == b.seed_ids
+            np.testing.assert_array_equal(a.seed_logp, b.seed_logp)
+            np.testing.assert_array_equal(a.seed_sampler_logp, b.seed_sampler_logp)
+            np.testing.assert_array_equal(a.versions, b.versions)
+
+
+def test_refresh_cycle_trains_batch_k_at_step_k_even_when_later_seeds_finish_first():
+    """Before any group is due (step 0 < s), a later batch's short seeded responses finish first;
+    with refresh cycles the step still trains its own batch (their seeds are of this step's
+    version: trained now they would have no seed at all)."""
+    lengths = [12, 12] + [1] * 98 + [3, 3]  # prompts 1, 2: to the cap; 101, 102: 3 tokens
+    pool = PartialRollouts(_cfg(b=2, g=2, chunk=3, s=1), STATS)
+    s0, info = pool.next_batch(scripted_sampler(lengths), None, 0, 0, 0,
+                               batches=SeededBatches(2))
+    assert [x.prompt_ids for x in s0[::2]] == [[1], [2]] and info["partial_calls"] == 2
+    assert all(len(x.response_ids) == R for x in s0)
+    done = [g for g in pool.pool if g.done]
+    assert [g.gid for g in done] == [2, 3]  # finished, kept for step 1

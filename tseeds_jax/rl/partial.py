@@ -13,8 +13,9 @@ A pool holds the groups in flight (at most `groups_in_flight`, default B (s + 1)
      did not finish are interrupted with their tokens, the sampler's log-probs and the version
      (step) of every token;
   3. the batch: the B oldest complete groups (all G responses finished), by admission step then
-     admission order. Should fewer than B be complete, further calls give the oldest unfinished
-     groups their whole budget until B are (`partial_calls` counts the calls);
+     admission order (with refresh cycles: the groups of batch k, admitted k-th). Should
+     fewer than B be complete, further calls give the oldest unfinished groups their whole
+     budget until B are (`partial_calls` counts the calls);
   4. the groups that stay in flight get, for the tokens this step wrote, the learner's log-probs
      under this step's parameters (the version that wrote them): the convention of the refresh
      cycle ("behavior log-probs come from the learner's forward pass under pi_b").
@@ -31,6 +32,18 @@ k's first call and, being the oldest complete groups, are trained at step k. So 
 is more than s versions older than the learner. s = 0 makes every group due at once: synchronous training
 through this path. With `partial_tokens` = 0 this module is not used at all and the trainer
 runs today's synchronous step unchanged.
+
+Refresh cycles (`seeds.refresh_interval` = T > 1): groups are admitted batch by batch
+(batch j = the B groups trained at step j). Admitting batch j of a cycle's first batch (j % T = 0)
+runs the cycle's refresh (the trainer's `Trainer._refresh`: pi_b = the parameters of the
+admitting step, behavior rollouts for T batches, seeds for batches j+1..j+T-1); admitting a
+seeded batch starts each response from its seed: tokens of pi_b's version with the learner's
+log-probs under pi_b and no sampler log-prob (NaN: rollout correction gives them weight 1). The
+pool then continues them like any carried tokens, so a trained seeded response is pi_b's seed,
+possibly tokens of versions between, and this step's continuation: one mixed-source sample.
+With s = 0 this is the paper's refresh cycle bit for bit; with s >= 1 the refresh runs s steps
+before its batch is trained (pi_b is s versions older than in the paper) and a seed is at most
+T - 1 + s versions old when trained; the bound above holds for the tokens the pool decodes.
 
 Generated ahead (`stale.steps` = L >= 1, rl/stale.py): the batch of step j comes from the pool
 at step j - L, decoded by that step's parameters, so its tokens are of version j - L (the
@@ -119,16 +132,30 @@ class PartialRollouts(Plugin):
         self.interrupt = bool(getattr(st, "partial_interrupt", False))
         self.pool: list[Group] = []
         self.next_gid = 0
+        # Refresh cycles: groups of the current batch not admitted yet, and the version of the
+        # last refresh (pi_b of the seeds admitted until the next one).
+        self.pending: list[Group] = []
+        self.refresh_version = -1
 
     # ---- one step ----
     def next_batch(self, sample_fn, take, sampler_params, params, step: int,
-                   version: int | None = None):
+                   version: int | None = None, batches=None):
         """(samples, info) to train at `step`. take(n) -> (prompt id lists, references).
         version: the step of `params` (the version of the tokens decoded now); `step` unless
-        the batch is generated ahead (stale.steps)."""
+        the batch is generated ahead (stale.steps). batches (refresh cycles, instead of take):
+        batches(j) -> (B prompts, B references, (N seed token lists, N seed log-prob arrays) or
+        None, refreshed): batch j, `refreshed` when fetching it ran a refresh."""
         version = step if version is None else version
         room = min(self.capacity - len(self.pool), self.b * (step + 1 + self.s) - self.next_gid)
-        if room > 0:
+        if room > 0 and batches is not None:
+            for _ in range(room):
+                if not self.pending:
+                    self._fetch(batches, self.next_gid // self.b, version)
+                grp = self.pending.pop(0)
+                grp.gid, grp.admitted = self.next_gid, step
+                self.pool.append(grp)
+                self.next_gid += 1
+        elif room > 0:
             prompts, refs = take(room)
             for p, ref in zip(prompts, refs):
                 self.pool.append(Group(self.next_gid, step, list(p), ref,
@@ -137,13 +164,17 @@ class PartialRollouts(Plugin):
         tally = {"decoded": 0, "slot_steps": 0, "calls": 0}
         self._decode(sample_fn, sampler_params, step, version, self.pool, tally,
                      full=lambda grp: step - grp.admitted >= self.s)
+        # Refresh cycles train batch `step` itself (its seeds belong to this step); otherwise a
+        # later group that finished may stand in for an unfinished one before any is due.
+        ours = ((lambda grp: True) if batches is None else
+                (lambda grp: grp.gid < self.b * (step + 1)))
         while True:
-            ready = sorted((x for x in self.pool if x.done), key=_age_order)
+            ready = sorted((x for x in self.pool if x.done and ours(x)), key=_age_order)
             if len(ready) >= self.b:
                 break
-            pending = sorted((x for x in self.pool if not x.done), key=_age_order)
+            unfinished = sorted((x for x in self.pool if not x.done and ours(x)), key=_age_order)
             self._decode(sample_fn, sampler_params, step, version,
-                         pending[: self.b - len(ready)], tally, full=lambda grp: True)
+                         unfinished[: self.b - len(ready)], tally, full=lambda grp: True)
         train = ready[: self.b]
         chosen = {x.gid for x in train}
         self.pool = [x for x in self.pool if x.gid not in chosen]
@@ -161,6 +192,22 @@ class PartialRollouts(Plugin):
                 "time_partial_stats": stats_s}  # inside time_rollout
         info.update(version_metrics(samples, step))
         return samples, info
+
+    def _fetch(self, batches, j: int, version: int) -> None:
+        """Batch j's B groups, pending admission; seeded responses start from their seeds."""
+        prompts, refs, seeds, refreshed = batches(j)
+        if refreshed:
+            self.refresh_version = version
+        for k, (p, ref) in enumerate(zip(prompts, refs)):
+            rs = [Response() for _ in range(self.g)]
+            if seeds is not None:
+                for i, resp in enumerate(rs):
+                    tok, lp = seeds[0][k * self.g + i], seeds[1][k * self.g + i]
+                    resp.tokens = [int(t) for t in tok]
+                    resp.sampler_logp = np.full(len(tok), np.nan, np.float32)
+                    resp.learner_logp = np.asarray(lp, np.float32).copy()
+                    resp.versions = np.full(len(tok), self.refresh_version, np.int32)
+            self.pending.append(Group(-1, -1, list(p), ref, rs))
 
     def _decode(self, sample_fn, sampler_params, step, version, groups, tally, *, full) -> None:
         """One sampler call over the unfinished responses of `groups`; appends what it wrote,
@@ -212,7 +259,7 @@ class PartialRollouts(Plugin):
         """Learner log-probs under `params` (version `version`) of the tokens this step wrote
         into the responses that stay in the pool (their seed denominators when trained later)."""
         rows = [(grp, resp) for grp in self.pool for resp in grp.responses
-                if len(resp.versions) and resp.versions[-1] == version]
+                if _written(resp, version).any()]
         if not rows:
             return
         tokens, attn = rollout.sequences_for_stats([(g.prompt_ids, r.tokens) for g, r in rows],
@@ -225,7 +272,7 @@ class PartialRollouts(Plugin):
         attn = np.concatenate([attn, np.repeat(attn[:1], pad, 0)])
         logp = self.stats.logp_entropy(params, tokens, attn, self.r)[0][: len(rows)]
         for j, (_, resp) in enumerate(rows):
-            new = resp.versions == version
+            new = _written(resp, version)
             resp.learner_logp = np.where(new, logp[j, : len(resp.tokens)],
                                          resp.learner_logp).astype(np.float32)
 
@@ -244,27 +291,30 @@ class PartialRollouts(Plugin):
     def state(self):
         if not self.next_gid:
             return None
-        resps = [r for g in self.pool for r in g.responses]
+        groups = self.pool + self.pending
+        resps = [r for g in groups for r in g.responses]
         flat = rollout._flat  # ragged arrays + one pad row (Orbax refuses zero-size arrays)
         tree = {
-            "groups": flat([[g.gid, g.admitted, len(g.prompt_ids)] for g in self.pool], np.int64,
+            "groups": flat([[g.gid, g.admitted, len(g.prompt_ids)] for g in groups], np.int64,
                            (3,)),
-            "prompt_ids": flat([g.prompt_ids for g in self.pool], np.int32),
+            "prompt_ids": flat([g.prompt_ids for g in groups], np.int32),
             "lengths": flat([len(r.tokens) for r in resps], np.int64),
             "tokens": flat([r.tokens for r in resps], np.int32),
             "sampler_logp": flat([r.sampler_logp for r in resps], np.float32),
             "learner_logp": flat([r.learner_logp for r in resps], np.float32),
             "versions": flat([r.versions for r in resps], np.int32),
         }
-        meta = {"next_gid": self.next_gid, "references": [g.reference for g in self.pool],
-                "finish": [r.finish for r in resps]}
+        meta = {"next_gid": self.next_gid, "references": [g.reference for g in groups],
+                "finish": [r.finish for r in resps], "pending": len(self.pending),
+                "refresh_version": self.refresh_version}
         return tree, meta
 
     def load(self, tree, meta):
-        self.pool, self.next_gid = [], 0
+        self.pool, self.next_gid, self.pending, self.refresh_version = [], 0, [], -1
         if meta is None:
             return
         self.next_gid = int(meta["next_gid"])
+        self.refresh_version = int(meta.get("refresh_version", -1))
         a = {k: np.asarray(v) for k, v in tree.items()}
         groups = a["groups"][: len(meta["references"])]
         lengths = a["lengths"][: len(meta["finish"])].tolist()
@@ -280,6 +330,15 @@ class PartialRollouts(Plugin):
             self.pool.append(Group(int(gid), int(admitted), a["prompt_ids"][p_at : p_at + lp]
                                    .tolist(), ref, rs))
             p_at += lp
+        n_pending = int(meta.get("pending", 0))
+        if n_pending:
+            self.pool, self.pending = self.pool[:-n_pending], self.pool[-n_pending:]
+
+
+def _written(resp: Response, version: int) -> np.ndarray:
+    """[tokens] the pool's own tokens of `version` (a refresh's seed of the same version keeps
+    the log-probs the refresh computed under pi_b: it has no sampler log-prob)."""
+    return (resp.versions == version) & np.isfinite(resp.sampler_logp)
 
 
 def _age_order(grp: Group) -> tuple[int, int]:
@@ -306,8 +365,10 @@ def version_metrics(samples: list[rollout.Sample], step: int) -> dict[str, float
         n_seed += h
         n_all += len(s.versions)
         if h and s.seed_sampler_logp is not None:
-            gaps.append((step - np.asarray(s.versions[:h]),
-                         np.abs(np.asarray(s.seed_logp, np.float64) - s.seed_sampler_logp)))
+            # refresh seeds have no sampler log-prob (NaN): no gap to report
+            known = np.isfinite(s.seed_sampler_logp)
+            gaps.append(((step - np.asarray(s.versions[:h]))[known],
+                         np.abs(np.asarray(s.seed_logp, np.float64) - s.seed_sampler_logp)[known]))
     out: dict[str, float] = {"token_share/seed": n_seed / max(n_all, 1),
                              "token_share/continuation": (n_all - n_seed) / max(n_all, 1)}
     age = np.concatenate(ages) if ages else np.zeros(0, np.int64)

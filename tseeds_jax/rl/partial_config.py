@@ -36,9 +36,9 @@ def check_config(cfg) -> None:
     if st.steps > st.max_staleness:
         bad("max_staleness", st.max_staleness, f"must be >= stale.steps={st.steps}: batches "
             "generated that many steps ahead are that many versions old when trained")
-    if cfg.seeds.refresh_interval > 1:
-        bad("partial_tokens", st.partial_tokens, "partial rollouts do not yet combine with "
-            "Thinking Seeds refreshes (set seeds.refresh_interval=1; docs/async.md)")
+    if getattr(cfg.restart, "method", ""):
+        bad("partial_tokens", st.partial_tokens, f"restart.method={cfg.restart.method!r} "
+            "branches or prefixes inside the synchronous step; partial rollouts do not carry it")
     if cfg.offpolicy.source:
         bad("partial_tokens", st.partial_tokens, "partial rollouts do not combine with LUFFY "
             "traces (offpolicy.source)")

@@ -77,3 +77,28 @@ def tis_weights(resp_BR, log_w_BR, threshold: float):
     metrics = {"rc_truncated_token_frac": float((on & (log_w > capped)).sum() / n),
                "rc_tis_weight_mean": float(w[on].mean()) if on.any() else 1.0}
     return w.astype(np.float32), metrics
+
+
+def correct_batch(batch, samples, old_logp_BR, mode: str, threshold: float):
+    """(batch, metrics): `batch` (a LearnerBatch of `samples`) with tokens / rows masked, or
+    (tis) with `tis_weight_BR`; old_logp_BR: pi_old of the continuation tokens."""
+    sampler = np.asarray(batch.sampler_logp_BR, np.float32).copy()
+    # tokens without a sampler log-prob (refresh seeds, LUFFY traces; NaN among the carried
+    # tokens of partial rollouts): weight 1
+    known = np.zeros_like(sampler, bool)
+    for i, s in enumerate(samples):
+        h = len(s.seed_ids)
+        known[i, h : len(s.response_ids)] = True
+        if s.seed_sampler_logp is not None:  # the sampler's log-probs of carried tokens
+            sampler[i, :h] = s.seed_sampler_logp
+            known[i, :h] = np.isfinite(s.seed_sampler_logp)
+    den = np.where(np.asarray(batch.seed_mask_BR) > 0, batch.behavior_logp_BR, old_logp_BR)
+    sampler = np.where(known, sampler, den)
+    log_w = log_weights(batch.resp_mask_BR, batch.seed_mask_BR, batch.behavior_logp_BR,
+                        old_logp_BR, sampler)
+    if mode == "tis":
+        w, metrics = tis_weights(batch.resp_mask_BR, log_w, threshold)
+        _, stats = correction_mask(batch.resp_mask_BR, log_w, "off", threshold)
+        return batch.replace(tis_weight_BR=w), {**stats, **metrics}
+    mask, metrics = correction_mask(batch.resp_mask_BR, log_w, mode, threshold)
+    return batch.replace(resp_mask_BR=mask), metrics

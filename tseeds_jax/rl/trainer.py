@@ -179,7 +179,10 @@ class Trainer:
         # The adaptive selector's state outlives the cycle's seeds.
         tracker = (self.cache.tracker if self.cache.tracker is not None
                    else feedback.new_tracker(self.selector, c.seeds))
-        self.cache = SeedCache(cycle_start=step, tracker=tracker)
+        # With partial rollouts a refresh runs when its first batch is admitted, up to
+        # max_staleness steps before the previous cycle's last batches are trained: keep theirs.
+        keep = dict(self.cache.batches) if self.plugins.of(PartialRollouts) is not None else {}
+        self.cache = SeedCache(cycle_start=step, batches=keep, tracker=tracker)
         # All T-1 seeded batches in one sampler call and one statistics pass: per-call costs
         # dominate small models, and a bigger call fills more decode slots.
         n_global = b * g
@@ -259,19 +262,39 @@ class Trainer:
         `version`: the step of `params` (`PartialRollouts.next_batch`)."""
         if not self.hosts.single:
             raise NotImplementedError("partial rollouts run on one host for now (docs/async.md)")
+        c = self.cfg
+        refresh = {"time": 0.0, "tokens": 0}
+
+        def batches(j):  # refresh cycles: batch j of the prompt stream, seeded or a refresh's
+            if j % c.seeds.refresh_interval == 0:
+                t0 = time.perf_counter()
+                (prompts, refs), n = self._refresh(sampler_params, j)
+                refresh["time"] += time.perf_counter() - t0
+                refresh["tokens"] += n
+                return prompts, refs, None, True
+            sb = self.cache.batches[j]  # taken when the batch is trained
+            return sb.prompt_ids, sb.references, (sb.seed_tokens, sb.seed_logp), False
+
         t0 = time.perf_counter()
         samples, info = pool.next_batch(self._sample_fn(), self.env.prompts.take, sampler_params,
-                                        params, step, version=version)
-        info["rollout_time"] = time.perf_counter() - t0
-        # generated_tokens = the tokens decoded this step (trained or carried)
+                                        params, step, version=version,
+                                        batches=batches if c.seeded else None)
+        info["rollout_time"] = time.perf_counter() - t0 - refresh["time"]
+        # generated_tokens = the tokens decoded this step (trained or carried) and the refresh's
         info["behavior_tokens"] = info["partial_decoded_tokens"] - sum(
-            len(x.cont_ids) for x in samples)
-        info["refresh_time"] = 0.0
+            len(x.cont_ids) for x in samples) + refresh["tokens"]
+        info["refresh_time"] = refresh["time"]
         t0 = time.perf_counter()
         rollout.score_samples(samples, self.env.reward_fn, self.env.decode)
         check_rewards([s.reward_reason for s in samples])
         info["reward_time"] = time.perf_counter() - t0
-        info["all_groups"] = _group_stats(samples, self.cfg.rollout.group_size)
+        info["all_groups"] = _group_stats(samples, c.rollout.group_size)
+        if c.seeded:  # seed metrics; feeds the adaptive selector's state (as `_collect`)
+            sb = (self.cache.take(step) if step % c.seeds.refresh_interval else None)
+            g = c.rollout.group_size
+            info.update(feedback.after_scoring(
+                self.cache.tracker, sb, [s.prompt_ids for s in samples[::g]],
+                [s.reward for s in samples], g, info["all_groups"].get("zero_adv_group_frac")))
         return samples, info
 
     def _correct(self, params, batch, samples):
@@ -284,28 +307,8 @@ class Trainer:
             old = batch.old_logp_BR  # filled by the recompute pass or the stale annotation
         else:  # the shortcut: pi_old is these parameters
             old = self._stats(params, batch.tokens_BT, batch.attn_mask_BT, r)[0]
-        sampler = np.asarray(batch.sampler_logp_BR, np.float32).copy()
-        for i, s in enumerate(samples):  # the sampler's log-probs of carried (seed) tokens
-            if s.seed_sampler_logp is not None:
-                sampler[i, : len(s.seed_ids)] = s.seed_sampler_logp
-        # tokens without a sampler log-prob (refresh seeds, LUFFY traces): weight 1
-        known = np.zeros_like(sampler, bool)
-        for i, s in enumerate(samples):
-            h = 0 if s.seed_sampler_logp is not None else len(s.seed_ids)
-            known[i, h : len(s.response_ids)] = True
-        den = np.where(np.asarray(batch.seed_mask_BR) > 0, batch.behavior_logp_BR, old)
-        sampler = np.where(known, sampler, den)
-        log_w = rollout_correction.log_weights(batch.resp_mask_BR, batch.seed_mask_BR,
-                                               batch.behavior_logp_BR, old, sampler)
-        if c.stale.correction == "tis":
-            w, metrics = rollout_correction.tis_weights(batch.resp_mask_BR, log_w,
-                                                        c.stale.correction_threshold)
-            _, stats = rollout_correction.correction_mask(batch.resp_mask_BR, log_w, "off",
-                                                          c.stale.correction_threshold)
-            return batch.replace(tis_weight_BR=w), {**stats, **metrics}
-        mask, metrics = rollout_correction.correction_mask(
-            batch.resp_mask_BR, log_w, c.stale.correction, c.stale.correction_threshold)
-        return batch.replace(resp_mask_BR=mask), metrics
+        return rollout_correction.correct_batch(batch, samples, old, c.stale.correction,
+                                                c.stale.correction_threshold)
 
     def _filter_groups(self, params, step, samples, info):
         """DAPO dynamic sampling: keep groups with unequal rewards; top up with on-policy groups.
