@@ -90,7 +90,11 @@ def main(out, run_dir):
     sync = getattr(tr.env.sample_fn, "weight_sync", None)
     stats = {**counts, "mesh": dict(tr.mesh.shape), "weight_syncs": sync.count if sync else 0,
              "gen_rounds": [m.get("gen_rounds", 1) for m in hist],
-             "seed_length": [float(m["seed_length"]) for m in hist]}
+             "seed_length": [float(m["seed_length"]) for m in hist],
+             "partial": {k: [float(m[k]) for m in hist] for k in
+                         ("group_staleness_max", "partial_groups_in_flight",
+                          "partial_decoded_tokens", "slot_occupancy", "token_share/seed")
+                         if k in hist[0]}}
     print("stats", json.dumps(stats), flush=True)
     print("done", jax.process_index(), jax.process_count(), flush=True)
 

@@ -12,7 +12,7 @@ from tseeds_jax.rl import rollout
 from tseeds_jax.rl.config import TrainConfig, tiny_config
 from tseeds_jax.rl.config_fields import ConfigValueError
 from tseeds_jax.rl.losses.mixed_source import mix_old_logp
-from tseeds_jax.rl.partial import PartialRollouts, version_metrics
+from tseeds_jax.rl.partial import PartialRollouts, merge_hosts, version_metrics
 from tseeds_jax.rl.restart_configs import apply_restart
 from tseeds_jax.rl.rollout_correction import correction_mask, log_weights
 
@@ -341,3 +341,44 @@ def test_refresh_cycle_trains_batch_k_at_step_k_even_when_later_seeds_finish_fir
     assert all(len(x.response_ids) == R for x in s0)
     done = [g for g in pool.pool if g.done]
     assert [g.gid for g in done] == [2, 3]  # finished, kept for step 1
+
+
+def test_two_hosts_pools_decode_what_one_pool_decodes():
+    """Each host's pool holds its share of every batch (host h: group h of each B = 2), with
+    global request indices: the two hosts' batches, side by side, are the one pool's, token for
+    token, over a refresh cycle with seeds and responses carried across steps."""
+    lengths = [2, 12, 3, 9, 1, 12, 5, 4, 7, 12, 2, 6] * 50
+
+    class Slice:
+        def __init__(self, src, h):
+            self.src, self.h = src, h
+
+        def __call__(self, j):
+            p, r, seeds, refreshed = self.src(j)
+            g = 2
+            if seeds is not None:
+                seeds = tuple(x[self.h * g : (self.h + 1) * g] for x in seeds)
+            return p[self.h : self.h + 1], r[self.h : self.h + 1], seeds, refreshed
+
+    one = PartialRollouts(_cfg(b=2, chunk=3, s=2), STATS)
+    two = [PartialRollouts(_cfg(b=2, chunk=3, s=2), STATS, host=h, hosts=2) for h in range(2)]
+    src = [SeededBatches(3), Slice(SeededBatches(3), 0), Slice(SeededBatches(3), 1)]
+    seen = []
+    for k in range(6):
+        a, ia = one.next_batch(scripted_sampler(lengths), None, k, k, k, batches=src[0])
+        got = [p.next_batch(scripted_sampler(lengths), None, k, k, k, batches=s)
+               for p, s in zip(two, src[1:])]
+        b = got[0][0] + got[1][0]
+        assert [x.prompt_ids for x in a] == [x.prompt_ids for x in b]
+        for x, y in zip(a, b, strict=True):
+            assert x.seed_ids == y.seed_ids and x.cont_ids == y.cont_ids
+            np.testing.assert_array_equal(x.versions, y.versions)
+            np.testing.assert_array_equal(x.seed_logp, y.seed_logp)
+        merged = merge_hosts([i for _, i in got], [p.last_tallies for p in two])
+        for key in ("partial_decoded_tokens", "partial_groups_in_flight", "group_staleness_max",
+                    "token_share/seed"):
+            assert merged[key] == ia[key], key
+        assert {k for k in ia if k.startswith("token_age/")} == \
+            {k for k in merged if k.startswith("token_age/")}
+        seen.append(ia["group_staleness_max"])
+    assert one.next_gid == 2 * two[0].next_gid and max(seen) == 4  # seeds: T - 1 + s old

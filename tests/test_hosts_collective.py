@@ -83,6 +83,34 @@ def test_gathered_sample_fn_runs_the_global_list_once(monkeypatch):
     assert got == [[([2], [0.0], "b4"), ([3], [0.0], "b5")], [], [([8], [0.0], "b6")]]
 
 
+def test_gathered_sample_fn_carries_interruptible_flags_of_every_host(monkeypatch):
+    """Partial rollouts: one host's interruptible requests and another's due ones make one
+    global call, so the sampler stops every interruptible request when the last due one ends."""
+    calls = []
+
+    def sample_fn(params, requests, budgets, seed, interruptible=None):
+        calls.append(interruptible)
+        return [(req[-1:], [0.0], "length") for req in requests]
+
+    monkeypatch.setattr(hosts, "spans_processes", lambda params: True)
+    local = {0: ([[1], [2]], [3, 3], (5, [0, 1]), [True, False]),
+             1: ([[3]], [3], (5, [2]), None),  # no flags: none interruptible
+             2: ([], [], (5, []), None)}  # no requests: joins the call
+
+    def call(h):
+        reqs, budgets, seed, flags = local[h.index]
+        kw = {} if flags is None else {"interruptible": flags}
+        return hosts.gathered_sample_fn(sample_fn, h)(None, reqs, budgets, seed, **kw)
+
+    got, _ = _simulate(monkeypatch, 3, call)
+    assert calls == [[True, False, False]] * 3
+    assert [len(g) for g in got] == [2, 1, 0]
+    calls.clear()
+    local[0] = ([[1]], [3], (5, [0]), [False])  # nobody interruptible: no flags passed
+    _simulate(monkeypatch, 3, call)
+    assert calls == [None] * 3
+
+
 def test_gathered_sample_fn_rejects_hosts_on_different_streams(monkeypatch):
     monkeypatch.setattr(hosts, "spans_processes", lambda params: True)
 

@@ -75,6 +75,25 @@ def test_two_processes_match_one_process(tmp_path):
     _assert_same_run(single, multi, "replica, 2 processes")
 
 
+# Partial rollouts (rl/partial.py) with the base run's refresh cycle: each host keeps its share of
+# every batch's groups in its own pool; the sampler's request indices are global, so the hosts
+# decode what one process decodes. Interruption off: with a host-local sampler each host would
+# stop its interruptible requests when its own last due one ends (one process: the last of all).
+PARTIAL = {"overrides": {"stale.partial_tokens": 6, "stale.max_staleness": 1,
+                         "stale.partial_interrupt": False, "steps": 4}}
+
+
+@pytest.mark.slow
+def test_two_processes_partial_rollouts_match_one_process(tmp_path):
+    single, _ = _run(tmp_path, "single", 1, PARTIAL)
+    multi, outs = _run(tmp_path, "multi", 2, PARTIAL)
+    _assert_same_run(single, multi, "partial rollouts, 2 processes")
+    stats = [_stats(o) for o in outs]
+    assert stats[0]["partial"] == stats[1]["partial"]  # the pool metrics, merged over hosts
+    assert max(stats[0]["partial"]["group_staleness_max"]) == 2  # a seed from a step-early refresh
+    assert stats[0]["partial"]["partial_groups_in_flight"][0] > 0
+
+
 # Both processes' 4 CPU devices in one (data 2, fsdp 2, tensor 2) mesh: the batch axes split
 # across the processes, so the sampler's decode slots, the statistics chunks and the update each
 # span both. Dynamic sampling (a reward that gives half the prompts all-equal groups) runs top-up
@@ -111,6 +130,22 @@ def test_two_processes_sharded_sampler_match_one_process(tmp_path):
     # A step short of a full batch after max_gen_batches rounds: the last host's block is
     # padding rows (statistics chunks padded to the longest host).
     assert np.any(single["kept_groups"] < 2), single["kept_groups"]
+
+
+@pytest.mark.manual  # ~4 min; CI keeps the replica run above (CI time)
+def test_two_processes_partial_rollouts_sharded_sampler_match_one_process(tmp_path):
+    """The sampler and the statistics pass span both processes: every host makes the same
+    sampler calls (`any_host` agrees on each extra one; a host without requests joins with none),
+    interruption is decided over all hosts' requests (`gathered_sample_fn(interruptible=)`), as
+    in one process."""
+    over = {**SHARDED["overrides"], **PARTIAL["overrides"], "stale.partial_interrupt": True,
+            "advantage.filter_groups": False}
+    spec = {**SHARDED, "overrides": over}
+    single, _ = _run(tmp_path, "single", 1, {**spec, "devices": 8})
+    multi, outs = _run(tmp_path, "multi", 2, spec)
+    _assert_same_run(single, multi, "partial rollouts, sharded sampler, 2 processes")
+    stats = [_stats(o) for o in outs]
+    assert stats[0] == stats[1] and stats[0]["gathered_sample_calls"] > 0, stats
 
 
 @pytest.mark.manual  # ~35 s; test_preemption.py checks the agreement in one process (CI time)

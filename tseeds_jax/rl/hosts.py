@@ -187,11 +187,14 @@ def gathered_sample_fn(sample_fn, hosts: Hosts):
     runs the global list once, and returns this host's results. Collective: every process calls
     it, also with no requests of its own (`collective` tells `rollout.continue_samples`).
 
-    seed: (stream seed, first global index | list of global indices), as `make_sample_fn`."""
+    seed: (stream seed, first global index | list of global indices), as `make_sample_fn`.
+    interruptible: optional per-request flags (`sampling.generate`); the global call stops the
+    interruptible requests of every host when the last other request ends."""
 
-    def run(params, requests, budgets, seed):
+    def run(params, requests, budgets, seed, interruptible=None):
+        kw = {"interruptible": interruptible} if interruptible is not None else {}
         if hosts.single or not spans_processes(params):
-            return sample_fn(params, requests, budgets, seed) if requests else []
+            return sample_fn(params, requests, budgets, seed, **kw) if requests else []
         if not isinstance(seed, tuple):
             raise ValueError("gathered_sample_fn: seed must be (stream, global index), so that "
                              "requests of different hosts keep distinct random streams")
@@ -200,20 +203,24 @@ def gathered_sample_fn(sample_fn, hosts: Hosts):
                  else [int(i) for i in where])
         lengths_N = np.array([len(x) for x in requests], np.int64)
         flat = np.concatenate([np.asarray(x, np.int32) for x in requests] + [np.zeros(0, np.int32)])
-        every = allgather_objects((int(stream), flat, lengths_N, [int(b) for b in budgets], index),
-                                  hosts)
+        flags = [bool(x) for x in interruptible] if interruptible is not None else \
+            [False] * len(requests)
+        every = allgather_objects((int(stream), flat, lengths_N, [int(b) for b in budgets], index,
+                                   flags), hosts)
         if len({e[0] for e in every}) != 1:
             raise RuntimeError(f"gathered_sample_fn: the hosts sample with different stream seeds "
                                f"{[e[0] for e in every]}; they must run the same step")
-        all_requests, all_budgets, all_index = [], [], []
-        for _, flat_h, lengths_h, budgets_h, index_h in every:
+        all_requests, all_budgets, all_index, all_flags = [], [], [], []
+        for _, flat_h, lengths_h, budgets_h, index_h, flags_h in every:
             ends = np.cumsum(lengths_h)
             all_requests += [flat_h[a:b].tolist() for a, b in zip(ends - lengths_h, ends)]
             all_budgets += budgets_h
             all_index += index_h
+            all_flags += flags_h
         if not all_requests:
             return []
-        results = sample_fn(params, all_requests, all_budgets, (stream, all_index))
+        kw = {"interruptible": all_flags} if any(all_flags) else {}
+        results = sample_fn(params, all_requests, all_budgets, (stream, all_index), **kw)
         first = sum(len(e[2]) for e in every[: hosts.index])
         return results[first : first + len(requests)]
 

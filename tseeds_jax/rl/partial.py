@@ -119,14 +119,22 @@ class PartialRollouts(Plugin):
 
     key = "partial"
 
-    def __init__(self, cfg, stats: RowStats):
+    def __init__(self, cfg, stats: RowStats, *, host: int = 0, hosts: int = 1, any_host=None,
+                 collective_stats: bool = False):
+        """host / hosts: this process's index and the process count; each host keeps its own
+        share of every batch's groups (admitted through `next_batch(batches=)`). any_host(flag)
+        -> bool: True on every host when the flag is on any (collective; None on one host).
+        collective_stats: the statistics pass spans the hosts (every host calls it)."""
         r, st = cfg.rollout, cfg.stale
-        self.b, self.g, self.r = r.batch_prompts, r.group_size, r.max_response_len
+        self.b_all, self.g, self.r = r.batch_prompts, r.group_size, r.max_response_len
+        self.b, self.host = self.b_all // hosts, host  # this host's groups per batch
         # Behind M2PO's lag L (stale.steps: the batch of step j is generated at step j - L, by
         # that step's parameters) every token is L versions old when trained, so the pool's
         # own bound is max_staleness - L (docs/async.md, "Overlap").
         self.chunk, self.s = st.partial_tokens, st.max_staleness - getattr(st, "steps", 0)
-        self.capacity = st.groups_in_flight or self.b * (self.s + 1)
+        self.capacity = (st.groups_in_flight or self.b_all * (self.s + 1)) // hosts
+        self.any_host = any_host or (lambda flag: flag)
+        self.hosts, self.collective_stats = hosts, collective_stats
         self.run_seed, self.slots = cfg.seed, cfg.hardware.sampler_slots
         self.stats = stats
         self.interrupt = bool(getattr(st, "partial_interrupt", False))
@@ -146,13 +154,15 @@ class PartialRollouts(Plugin):
         batches(j) -> (B prompts, B references, (N seed token lists, N seed log-prob arrays) or
         None, refreshed): batch j, `refreshed` when fetching it ran a refresh."""
         version = step if version is None else version
+        if batches is None and self.hosts > 1:
+            raise ValueError("several hosts admit batch by batch: pass `batches`")
         room = min(self.capacity - len(self.pool), self.b * (step + 1 + self.s) - self.next_gid)
         if room > 0 and batches is not None:
             for _ in range(room):
                 if not self.pending:
                     self._fetch(batches, self.next_gid // self.b, version)
                 grp = self.pending.pop(0)
-                grp.gid, grp.admitted = self.next_gid, step
+                grp.gid, grp.admitted = self._gid(self.next_gid), step
                 self.pool.append(grp)
                 self.next_gid += 1
         elif room > 0:
@@ -167,14 +177,16 @@ class PartialRollouts(Plugin):
         # Refresh cycles train batch `step` itself (its seeds belong to this step); otherwise a
         # later group that finished may stand in for an unfinished one before any is due.
         ours = ((lambda grp: True) if batches is None else
-                (lambda grp: grp.gid < self.b * (step + 1)))
+                (lambda grp: grp.gid < self.b_all * (step + 1)))
         while True:
             ready = sorted((x for x in self.pool if x.done and ours(x)), key=_age_order)
-            if len(ready) >= self.b:
+            short = len(ready) < self.b
+            if not self.any_host(short):  # a collective sampler: every host calls, or none
                 break
             unfinished = sorted((x for x in self.pool if not x.done and ours(x)), key=_age_order)
             self._decode(sample_fn, sampler_params, step, version,
-                         unfinished[: self.b - len(ready)], tally, full=lambda grp: True)
+                         unfinished[: self.b - len(ready)] if short else [], tally,
+                         full=lambda grp: True)
         train = ready[: self.b]
         chosen = {x.gid for x in train}
         self.pool = [x for x in self.pool if x.gid not in chosen]
@@ -185,13 +197,20 @@ class PartialRollouts(Plugin):
                    for resp in grp.responses]
         info = {"partial_calls": tally["calls"], "partial_decoded_tokens": tally["decoded"],
                 "slot_occupancy": tally["decoded"] / max(tally["slot_steps"], 1),
+                "partial_slot_steps": tally["slot_steps"],
                 "partial_groups_in_flight": len(self.pool),
                 "partial_responses_in_flight": sum(not r.finish for x in self.pool
                                                    for r in x.responses),
                 "group_staleness_max": max(step - _first_version(x) for x in train),
                 "time_partial_stats": stats_s}  # inside time_rollout
-        info.update(version_metrics(samples, step))
+        self.last_tallies = version_tallies(samples, step)  # for `merge_hosts`
+        info.update(tally_metrics(self.last_tallies))
         return samples, info
+
+    def _gid(self, k: int) -> int:
+        """The global admission order of this host's k-th group: host h holds groups
+        h b .. (h + 1) b - 1 of each batch of B (the sampler's request indices follow it)."""
+        return (k // self.b) * self.b_all + self.host * self.b + k % self.b
 
     def _fetch(self, batches, j: int, version: int) -> None:
         """Batch j's B groups, pending admission; seeded responses start from their seeds."""
@@ -230,13 +249,14 @@ class PartialRollouts(Plugin):
                 # Groups admitted at this step get the synchronous path's indices (group j of
                 # the step, sample i: j G + i) and streams, so that max_staleness = 0 is the
                 # synchronous algorithm bit for bit; older groups' indices wrap (unique).
-                index.append(((grp.gid - self.b * step) * self.g + i) % INDEX_WRAP)
-        if not requests:
+                index.append(((grp.gid - self.b_all * step) * self.g + i) % INDEX_WRAP)
+        if not requests and not getattr(sample_fn, "collective", False):
             return
         seed = ((stream_seed(self.run_seed, step, ROLLOUT_STREAM) if not tally["calls"] else
                  stream_seed(self.run_seed, step, PARTIAL_STREAM, tally["calls"])), index)
         kw = {"interruptible": optional} if any(optional) else {}
-        results = sample_fn(sampler_params, requests, budgets, seed, **kw)
+        results = sample_fn(sampler_params, requests, budgets, seed, **kw) if requests or \
+            getattr(sample_fn, "collective", False) else []
         tally["calls"] += 1
         lengths = []
         for resp, (tokens, logp, finish) in zip(todo, results):
@@ -260,7 +280,12 @@ class PartialRollouts(Plugin):
         into the responses that stay in the pool (their seed denominators when trained later)."""
         rows = [(grp, resp) for grp in self.pool for resp in grp.responses
                 if _written(resp, version).any()]
-        if not rows:
+        if not rows and not self.collective_stats:
+            return
+        if not rows:  # a pass over the hosts' rows together: this host takes part with none
+            w = self.stats.prompt_width + self.r
+            self.stats.logp_entropy(params, np.zeros((0, w), np.int32),
+                                    np.zeros((0, w), np.int32), self.r)
             return
         tokens, attn = rollout.sequences_for_stats([(g.prompt_ids, r.tokens) for g, r in rows],
                                                    self.stats.prompt_width, self.r,
@@ -355,28 +380,61 @@ def version_metrics(samples: list[rollout.Sample], step: int) -> dict[str, float
     """Per-token versions of a trained batch: tokens per age (step - version), the share of
     tokens per source, and the sampler-vs-learner log-prob gap of the seed tokens per age (the
     continuation's gap is the learner's `sampler_learner_gap`)."""
-    ages, gaps = [], []
-    n_seed = n_all = 0
+    return tally_metrics(version_tallies(samples, step))
+
+
+def version_tallies(samples: list[rollout.Sample], step: int) -> dict[str, Any]:
+    """The counts behind `version_metrics` (they add up over hosts: `merge_hosts`)."""
+    out: dict[str, Any] = {"seed": 0, "all": 0, "age": {}, "gap": {}}
     for s in samples:
         if s.versions is None:
             continue
-        ages.append(step - np.asarray(s.versions))
+        for a, n in zip(*np.unique(step - np.asarray(s.versions), return_counts=True)):
+            out["age"][int(a)] = out["age"].get(int(a), 0) + int(n)
         h = len(s.seed_ids)
-        n_seed += h
-        n_all += len(s.versions)
+        out["seed"] += h
+        out["all"] += len(s.versions)
         if h and s.seed_sampler_logp is not None:
             # refresh seeds have no sampler log-prob (NaN): no gap to report
             known = np.isfinite(s.seed_sampler_logp)
-            gaps.append(((step - np.asarray(s.versions[:h]))[known],
-                         np.abs(np.asarray(s.seed_logp, np.float64) - s.seed_sampler_logp)[known]))
-    out: dict[str, float] = {"token_share/seed": n_seed / max(n_all, 1),
-                             "token_share/continuation": (n_all - n_seed) / max(n_all, 1)}
-    age = np.concatenate(ages) if ages else np.zeros(0, np.int64)
-    for a in np.unique(age).tolist():
-        out[f"token_age/{a}"] = float(np.sum(age == a))
-    if gaps:
-        ga = np.concatenate([x for x, _ in gaps])
-        gv = np.concatenate([y for _, y in gaps])
-        for a in np.unique(ga).tolist():
-            out[f"logp_gap_age/{a}"] = float(gv[ga == a].mean())
+            ages = (step - np.asarray(s.versions[:h]))[known]
+            gaps = np.abs(np.asarray(s.seed_logp, np.float64) - s.seed_sampler_logp)[known]
+            for a in np.unique(ages).tolist():
+                total, n = out["gap"].get(a, (0.0, 0))
+                out["gap"][a] = (total + float(gaps[ages == a].sum()), n + int(np.sum(ages == a)))
+    return out
+
+
+def tally_metrics(t: dict[str, Any]) -> dict[str, float]:
+    out: dict[str, float] = {"token_share/seed": t["seed"] / max(t["all"], 1),
+                             "token_share/continuation": (t["all"] - t["seed"]) / max(t["all"], 1)}
+    for a in sorted(t["age"]):
+        out[f"token_age/{a}"] = float(t["age"][a])
+    for a in sorted(t["gap"]):
+        total, n = t["gap"][a]
+        out[f"logp_gap_age/{a}"] = total / n
+    return out
+
+
+# Pool metrics over hosts: counts add up, a step's calls and the oldest group are the largest.
+SUMMED = ("partial_decoded_tokens", "partial_slot_steps", "partial_groups_in_flight",
+          "partial_responses_in_flight")
+LARGEST = ("partial_calls", "group_staleness_max", "time_partial_stats")
+
+
+def merge_hosts(infos: list[dict[str, Any]], tallies: list[dict[str, Any]]) -> dict[str, Any]:
+    """The pool metrics of every host's `next_batch` info and `version_tallies`, as one."""
+    out: dict[str, Any] = {k: sum(i[k] for i in infos) for k in SUMMED}
+    out.update({k: max(i[k] for i in infos) for k in LARGEST})
+    out["slot_occupancy"] = out["partial_decoded_tokens"] / max(out["partial_slot_steps"], 1)
+    total: dict[str, Any] = {"seed": 0, "all": 0, "age": {}, "gap": {}}
+    for t in tallies:
+        total["seed"] += t["seed"]
+        total["all"] += t["all"]
+        for a, n in t["age"].items():
+            total["age"][a] = total["age"].get(a, 0) + n
+        for a, (g, n) in t["gap"].items():
+            g0, n0 = total["gap"].get(a, (0.0, 0))
+            total["gap"][a] = (g0 + g, n0 + n)
+    out.update(tally_metrics(total))
     return out

@@ -23,8 +23,8 @@ import numpy as np
 
 from tseeds_jax.model.sharding import batch_sharding
 from tseeds_jax.rewards.health import check_rewards
+from tseeds_jax.rl import batch_stats, overlap, partial, preemption, rollout, rollout_correction
 from tseeds_jax.rl import hosts as hosts_lib
-from tseeds_jax.rl import overlap, preemption, rollout, rollout_correction
 from tseeds_jax.rl.config import TrainConfig
 from tseeds_jax.rl.learner import Learner, TrainState
 from tseeds_jax.rl.loss_plugins import LossPlugins, RowStats, learner_old_logp_mode
@@ -94,13 +94,27 @@ class Trainer:
             if self.learner.proposal_top_k:
                 raise ValueError("partial rollouts (stale.partial_tokens) do not combine with a "
                                  "top-K proposal loss (SIS) yet")
-            self.plugins.plugins.append(PartialRollouts(cfg, self.row_stats))
+            self.plugins.plugins.append(self._pool(cfg))
         self.state: TrainState = self.learner.init_state(env.params)
         self.cache = SeedCache()
         self.step = 0
         self.selector = feedback.make_selector(cfg.seeds)  # seeds/selection.py
         self.writer = MetricsWriter(cfg.run_dir)
         self.history: list[dict[str, Any]] = []
+
+    def _pool(self, cfg) -> PartialRollouts:
+        """The partial-rollout pool of this host: its share of every batch's groups; the hosts
+        agree on each extra sampler call when sampling or statistics span them."""
+        h = self.hosts
+        if h.single:
+            return PartialRollouts(cfg, self.row_stats)
+        h.slice(cfg.rollout.batch_prompts, "rollout.batch_prompts")  # divisible, or a clear error
+        if cfg.stale.groups_in_flight:
+            h.slice(cfg.stale.groups_in_flight, "stale.groups_in_flight")
+        collective = cfg.hardware.sampler_placement in ("sharded", "decode")
+        return PartialRollouts(cfg, self.row_stats, host=h.index, hosts=h.count,
+                               any_host=lambda flag: bool(self._per_host(int(flag)).max()),
+                               collective_stats=collective)
 
     # ---- one step ----
     def _prompt_width(self) -> int:
@@ -248,7 +262,7 @@ class Trainer:
         rollout.score_samples(samples, self.env.reward_fn, self.env.decode)
         check_rewards([s.reward_reason for s in samples])  # a sandbox that runs nothing stops the run
         info["reward_time"] = time.perf_counter() - t0
-        info["all_groups"] = _group_stats(_gather_samples(samples, self.hosts), g)
+        info["all_groups"] = batch_stats.group_stats(batch_stats.gather_samples(samples, self.hosts), g)
         info.update(feedback.after_scoring(  # seed metrics; feeds the adaptive selector's state
             self.cache.tracker, sb, prompts, [s.reward for s in samples], g,
             info["all_groups"].get("zero_adv_group_frac")))
@@ -260,35 +274,43 @@ class Trainer:
                          version: int | None = None):
         """Samples of batch `step` from the partial-rollout pool (rl/partial.py), with rewards;
         `version`: the step of `params` (`PartialRollouts.next_batch`)."""
-        if not self.hosts.single:
-            raise NotImplementedError("partial rollouts run on one host for now (docs/async.md)")
         c = self.cfg
         refresh = {"time": 0.0, "tokens": 0}
 
         def batches(j):  # refresh cycles: batch j of the prompt stream, seeded or a refresh's
+            if not c.seeded:  # several hosts: each admits its share of every batch
+                return (*self._local(*self.env.prompts.take(c.rollout.batch_prompts))[:2],
+                        None, False)
             if j % c.seeds.refresh_interval == 0:
                 t0 = time.perf_counter()
                 (prompts, refs), n = self._refresh(sampler_params, j)
                 refresh["time"] += time.perf_counter() - t0
                 refresh["tokens"] += n
-                return prompts, refs, None, True
-            sb = self.cache.batches[j]  # taken when the batch is trained
+                return (*self._local(prompts, refs)[:2], None, True)
+            sb = self.cache.batches[j]  # this host's seeds; taken when the batch is trained
             return sb.prompt_ids, sb.references, (sb.seed_tokens, sb.seed_logp), False
 
         t0 = time.perf_counter()
         samples, info = pool.next_batch(self._sample_fn(), self.env.prompts.take, sampler_params,
                                         params, step, version=version,
-                                        batches=batches if c.seeded else None)
+                                        batches=batches if c.seeded or not self.hosts.single
+                                        else None)
         info["rollout_time"] = time.perf_counter() - t0 - refresh["time"]
         # generated_tokens = the tokens decoded this step (trained or carried) and the refresh's
         info["behavior_tokens"] = info["partial_decoded_tokens"] - sum(
             len(x.cont_ids) for x in samples) + refresh["tokens"]
         info["refresh_time"] = refresh["time"]
+        if not self.hosts.single:  # the pool's metrics over every host's share
+            every = hosts_lib.allgather_objects(
+                ({k: info[k] for k in partial.SUMMED + partial.LARGEST}, pool.last_tallies),
+                self.hosts)
+            info.update(partial.merge_hosts([a for a, _ in every], [b for _, b in every]))
         t0 = time.perf_counter()
         rollout.score_samples(samples, self.env.reward_fn, self.env.decode)
         check_rewards([s.reward_reason for s in samples])
         info["reward_time"] = time.perf_counter() - t0
-        info["all_groups"] = _group_stats(samples, c.rollout.group_size)
+        info["all_groups"] = batch_stats.group_stats(
+            batch_stats.gather_samples(samples, self.hosts), c.rollout.group_size)
         if c.seeded:  # seed metrics; feeds the adaptive selector's state (as `_collect`)
             sb = (self.cache.take(step) if step % c.seeds.refresh_interval else None)
             g = c.rollout.group_size
@@ -320,7 +342,7 @@ class Trainer:
         c = self.cfg
         b, g, r = c.rollout.batch_prompts, c.rollout.group_size, c.rollout.max_response_len
         quota = len(samples)  # this host's share of the batch (the same on every host)
-        rounds = [_keep_varied_groups(samples, g)]
+        rounds = [batch_stats.keep_varied_groups(samples, g)]
         counts = [self._per_host(len(rounds[0]))]
         while (sum(int(x.sum()) for x in counts) < quota * self.hosts.count
                and len(rounds) < c.advantage.max_gen_batches):
@@ -329,7 +351,7 @@ class Trainer:
                                              (stream_seed(c.seed, step, TOPUP, len(rounds)), first),
                                              **self.plugins.rollout_kwargs(prompts, step, first))
             rollout.score_samples(extra, self.env.reward_fn, self.env.decode)
-            rounds.append(_keep_varied_groups(extra, g))
+            rounds.append(batch_stats.keep_varied_groups(extra, g))
             counts.append(self._per_host(len(rounds[-1])))
         kept = hosts_lib.share_out(rounds, counts, quota, self.hosts)
         for i, s in enumerate(kept):  # renumber groups densely for the advantage computation
@@ -418,7 +440,7 @@ class Trainer:
         lmetrics = jax.device_get(lmetrics)
         self.plugins.after_update(lmetrics)
         learner_time = time.perf_counter() - t0
-        metrics = _sample_metrics(_gather_samples(samples, self.hosts), g)
+        metrics = batch_stats.sample_metrics(batch_stats.gather_samples(samples, self.hosts), g)
         metrics.update({k: v for k, v in lmetrics.items()})
         metrics.update(info.pop("all_groups"))
         metrics.update(self.plugins.step_metrics(samples))
@@ -510,22 +532,6 @@ class Trainer:
 
 
 # ---- helpers ----
-def _gather_samples(samples, hosts):
-    """Light copies of every host's samples (rewards, lengths) for batch-wide statistics."""
-    if hosts.single:
-        return samples
-    per = np.array([[s.reward, len(s.seed_ids), len(s.cont_ids), s.finish == "stop"]
-                    for s in samples], np.float64).reshape(-1, 4)
-    # Hosts may hold different numbers of samples (dynamic sampling short of a full batch), and
-    # rewards stay float64: objects, not `gather_rows` (equal shapes, 32-bit on the device).
-    allp = np.concatenate(hosts_lib.allgather_objects(per, hosts))
-    return [rollout.Sample(group=i, prompt_ids=[], reference=None,
-                           seed_ids=[0] * int(row[1]), seed_logp=np.zeros(int(row[1])),
-                           cont_ids=[0] * int(row[2]), cont_logp=np.zeros(int(row[2])),
-                           finish="stop" if row[3] else "length", reward=float(row[0]))
-            for i, row in enumerate(allp)]
-
-
 def _pad_rows(tokens_BT, attn_BT, rows: int, pad_id: int):
     """Both arrays padded to `rows` rows (equal chunks: one compilation). Pad rows repeat the first
     row, or (no rows here: other hosts have some) attend to every position, never to none."""
@@ -547,43 +553,3 @@ def _cast(params, dtype: str):
     import jax.numpy as jnp
 
     return jax.tree_util.tree_map(lambda x: x.astype(jnp.dtype(dtype)), params)
-
-
-def _keep_varied_groups(samples, g):
-    out = []
-    for start in range(0, len(samples), g):
-        grp = samples[start : start + g]
-        rewards = [s.reward for s in grp]
-        if len(grp) == 1 or max(rewards) > min(rewards):
-            out += grp
-    return out
-
-
-def _group_stats(samples, g) -> dict[str, float]:
-    if not samples:
-        return {}
-    groups = [samples[i : i + g] for i in range(0, len(samples), g)]
-    solved = [max(s.reward for s in grp) >= 1.0 for grp in groups]
-    equal = [max(s.reward for s in grp) == min(s.reward for s in grp) for grp in groups]
-    return {"pass_at_G": float(np.mean(solved)), "zero_adv_group_frac": float(np.mean(equal))}
-
-
-def _sample_metrics(samples, g) -> dict[str, Any]:
-    if not samples:
-        return {"reward": 0.0, "accuracy": 0.0, "num_samples": 0}
-    rewards = np.array([s.reward for s in samples])
-    reasons: dict[str, int] = {}
-    for s in samples:
-        if s.reward_reason:
-            reasons[s.reward_reason] = reasons.get(s.reward_reason, 0) + 1
-    return {
-        "reward": float(rewards.mean()),
-        "accuracy": float(np.mean(rewards >= 1.0)),
-        "response_length": float(np.mean([len(s.response_ids) for s in samples])),
-        "seed_length": float(np.mean([len(s.seed_ids) for s in samples])),
-        "seed_fraction": float(np.mean([len(s.seed_ids) / max(len(s.response_ids), 1)
-                                        for s in samples])),
-        "finish_stop_frac": float(np.mean([s.finish == "stop" for s in samples])),
-        "num_samples": len(samples),
-        "reward_reasons": reasons,
-    }
