@@ -83,7 +83,7 @@ PARTIAL = {"overrides": {"stale.partial_tokens": 6, "stale.max_staleness": 1,
                          "stale.partial_interrupt": False, "steps": 4}}
 
 
-@pytest.mark.slow
+@pytest.mark.manual  # ~3 min; CI keeps the overlapped run below and the pools' unit test
 def test_two_processes_partial_rollouts_match_one_process(tmp_path):
     single, _ = _run(tmp_path, "single", 1, PARTIAL)
     multi, outs = _run(tmp_path, "multi", 2, PARTIAL)
@@ -92,6 +92,24 @@ def test_two_processes_partial_rollouts_match_one_process(tmp_path):
     assert stats[0]["partial"] == stats[1]["partial"]  # the pool metrics, merged over hosts
     assert max(stats[0]["partial"]["group_staleness_max"]) == 2  # a seed from a step-early refresh
     assert stats[0]["partial"]["partial_groups_in_flight"][0] > 0
+
+
+# Generation overlapped with the update (stale.overlap) behind M2PO's lag, with partial rollouts:
+# the worker thread makes no collective call (host-local sampler and statistics; the batch-wide
+# statistics of a generated batch are gathered by the main thread before the next worker starts).
+OVERLAP = {"overrides": {"seeds.refresh_interval": 1, "stale.steps": 1, "stale.overlap": True,
+                         "stale.partial_tokens": 6, "stale.max_staleness": 2,
+                         "stale.partial_interrupt": False, "steps": 4}}
+
+
+@pytest.mark.slow  # ~35 s
+def test_two_processes_overlapped_generation_match_one_process(tmp_path):
+    single, _ = _run(tmp_path, "single", 1, OVERLAP)
+    multi, outs = _run(tmp_path, "multi", 2, OVERLAP)
+    _assert_same_run(single, multi, "overlap + partial rollouts, 2 processes")
+    stats = [_stats(o) for o in outs]
+    assert stats[0]["partial"] == stats[1]["partial"]
+    assert max(stats[0]["partial"]["group_staleness_max"]) == 2
 
 
 # Both processes' 4 CPU devices in one (data 2, fsdp 2, tensor 2) mesh: the batch axes split

@@ -203,8 +203,9 @@ class PartialRollouts(Plugin):
                                                    for r in x.responses),
                 "group_staleness_max": max(step - _first_version(x) for x in train),
                 "time_partial_stats": stats_s}  # inside time_rollout
-        self.last_tallies = version_tallies(samples, step)  # for `merge_hosts`
-        info.update(tally_metrics(self.last_tallies))
+        tallies = version_tallies(samples, step)
+        info.update(tally_metrics(tallies))
+        info["partial_tallies"] = tallies  # for `merge_hosts` (popped by the trainer)
         return samples, info
 
     def _gid(self, k: int) -> int:
@@ -384,7 +385,8 @@ def version_metrics(samples: list[rollout.Sample], step: int) -> dict[str, float
 
 
 def version_tallies(samples: list[rollout.Sample], step: int) -> dict[str, Any]:
-    """The counts behind `version_metrics` (they add up over hosts: `merge_hosts`)."""
+    """The counts behind `version_metrics` (they add up over hosts: `merge_hosts`); JSON-safe
+    (a queued batch's info is checkpointed): "age" [[age, tokens]], "gap" [[age, sum, n]]."""
     out: dict[str, Any] = {"seed": 0, "all": 0, "age": {}, "gap": {}}
     for s in samples:
         if s.versions is None:
@@ -402,16 +404,16 @@ def version_tallies(samples: list[rollout.Sample], step: int) -> dict[str, Any]:
             for a in np.unique(ages).tolist():
                 total, n = out["gap"].get(a, (0.0, 0))
                 out["gap"][a] = (total + float(gaps[ages == a].sum()), n + int(np.sum(ages == a)))
-    return out
+    return {**out, "age": sorted([a, n] for a, n in out["age"].items()),
+            "gap": sorted([a, t, n] for a, (t, n) in out["gap"].items())}
 
 
 def tally_metrics(t: dict[str, Any]) -> dict[str, float]:
     out: dict[str, float] = {"token_share/seed": t["seed"] / max(t["all"], 1),
                              "token_share/continuation": (t["all"] - t["seed"]) / max(t["all"], 1)}
-    for a in sorted(t["age"]):
-        out[f"token_age/{a}"] = float(t["age"][a])
-    for a in sorted(t["gap"]):
-        total, n = t["gap"][a]
+    for a, n in t["age"]:
+        out[f"token_age/{a}"] = float(n)
+    for a, total, n in t["gap"]:
         out[f"logp_gap_age/{a}"] = total / n
     return out
 
@@ -427,14 +429,16 @@ def merge_hosts(infos: list[dict[str, Any]], tallies: list[dict[str, Any]]) -> d
     out: dict[str, Any] = {k: sum(i[k] for i in infos) for k in SUMMED}
     out.update({k: max(i[k] for i in infos) for k in LARGEST})
     out["slot_occupancy"] = out["partial_decoded_tokens"] / max(out["partial_slot_steps"], 1)
-    total: dict[str, Any] = {"seed": 0, "all": 0, "age": {}, "gap": {}}
+    ages: dict[int, int] = {}
+    gaps: dict[int, tuple[float, int]] = {}
     for t in tallies:
-        total["seed"] += t["seed"]
-        total["all"] += t["all"]
-        for a, n in t["age"].items():
-            total["age"][a] = total["age"].get(a, 0) + n
-        for a, (g, n) in t["gap"].items():
-            g0, n0 = total["gap"].get(a, (0.0, 0))
-            total["gap"][a] = (g0 + g, n0 + n)
-    out.update(tally_metrics(total))
+        for a, n in t["age"]:
+            ages[a] = ages.get(a, 0) + n
+        for a, g, n in t["gap"]:
+            g0, n0 = gaps.get(a, (0.0, 0))
+            gaps[a] = (g0 + g, n0 + n)
+    out.update(tally_metrics({"seed": sum(t["seed"] for t in tallies),
+                              "all": sum(t["all"] for t in tallies),
+                              "age": sorted([a, n] for a, n in ages.items()),
+                              "gap": sorted([a, g, n] for a, (g, n) in gaps.items())}))
     return out

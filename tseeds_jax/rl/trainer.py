@@ -111,10 +111,11 @@ class Trainer:
         h.slice(cfg.rollout.batch_prompts, "rollout.batch_prompts")  # divisible, or a clear error
         if cfg.stale.groups_in_flight:
             h.slice(cfg.stale.groups_in_flight, "stale.groups_in_flight")
-        collective = cfg.hardware.sampler_placement in ("sharded", "decode")
+        if cfg.hardware.sampler_placement not in ("sharded", "decode"):
+            return PartialRollouts(cfg, self.row_stats, host=h.index, hosts=h.count)
         return PartialRollouts(cfg, self.row_stats, host=h.index, hosts=h.count,
                                any_host=lambda flag: bool(self._per_host(int(flag)).max()),
-                               collective_stats=collective)
+                               collective_stats=True)
 
     # ---- one step ----
     def _prompt_width(self) -> int:
@@ -262,10 +263,7 @@ class Trainer:
         rollout.score_samples(samples, self.env.reward_fn, self.env.decode)
         check_rewards([s.reward_reason for s in samples])  # a sandbox that runs nothing stops the run
         info["reward_time"] = time.perf_counter() - t0
-        info["all_groups"] = batch_stats.group_stats(batch_stats.gather_samples(samples, self.hosts), g)
-        info.update(feedback.after_scoring(  # seed metrics; feeds the adaptive selector's state
-            self.cache.tracker, sb, prompts, [s.reward for s in samples], g,
-            info["all_groups"].get("zero_adv_group_frac")))
+        self._host_stats(samples, info, sb, scoring=True)
         if c.advantage.filter_groups:
             samples = self._filter_groups(params, step, samples, info)
         return samples, info
@@ -300,24 +298,35 @@ class Trainer:
         info["behavior_tokens"] = info["partial_decoded_tokens"] - sum(
             len(x.cont_ids) for x in samples) + refresh["tokens"]
         info["refresh_time"] = refresh["time"]
-        if not self.hosts.single:  # the pool's metrics over every host's share
-            every = hosts_lib.allgather_objects(
-                ({k: info[k] for k in partial.SUMMED + partial.LARGEST}, pool.last_tallies),
-                self.hosts)
-            info.update(partial.merge_hosts([a for a, _ in every], [b for _, b in every]))
         t0 = time.perf_counter()
         rollout.score_samples(samples, self.env.reward_fn, self.env.decode)
         check_rewards([s.reward_reason for s in samples])
         info["reward_time"] = time.perf_counter() - t0
-        info["all_groups"] = batch_stats.group_stats(
-            batch_stats.gather_samples(samples, self.hosts), c.rollout.group_size)
-        if c.seeded:  # seed metrics; feeds the adaptive selector's state (as `_collect`)
-            sb = (self.cache.take(step) if step % c.seeds.refresh_interval else None)
-            g = c.rollout.group_size
+        sb = self.cache.take(step) if c.seeded and step % c.seeds.refresh_interval else None
+        self._host_stats(samples, info, sb, scoring=c.seeded)
+        return samples, info
+
+    def _host_stats(self, samples, info, sb, *, scoring: bool, now: bool = False) -> None:
+        """Batch-wide group statistics (and the pool's metrics) over every host's samples; with
+        `scoring`, the seed metrics and the adaptive selector's update (`feedback`). Overlap on
+        several hosts: left to `train_step` (`host_stats_later`), so that the generation in the
+        worker thread makes no collective call beside the update's."""
+        c = self.cfg
+        g = c.rollout.group_size
+        if c.stale.overlap and not self.hosts.single and not now:
+            info["host_stats_later"] = True
+            return
+        tallies = info.pop("partial_tallies", None)
+        if tallies is not None and not self.hosts.single:  # the pool over every host's share
+            every = hosts_lib.allgather_objects(
+                ({k: info[k] for k in partial.SUMMED + partial.LARGEST}, tallies), self.hosts)
+            info.update(partial.merge_hosts([a for a, _ in every], [b for _, b in every]))
+        info["all_groups"] = batch_stats.group_stats(batch_stats.gather_samples(samples, self.hosts),
+                                                     g)
+        if scoring:  # seed metrics; feeds the adaptive selector's state
             info.update(feedback.after_scoring(
                 self.cache.tracker, sb, [s.prompt_ids for s in samples[::g]],
                 [s.reward for s in samples], g, info["all_groups"].get("zero_adv_group_frac")))
-        return samples, info
 
     def _correct(self, params, batch, samples):
         """Rollout correction (stale.correction): masks tokens / rows whose weight pi_den /
@@ -376,10 +385,12 @@ class Trainer:
         ahead = overlap.Ahead(None)
         gen = params
         if c.stale.overlap:
-            if not self.hosts.single:
-                raise NotImplementedError("stale.overlap runs on one host for now: the worker's "
-                                          "collectives would interleave with the update's "
-                                          "(docs/async.md)")
+            if not self.hosts.single and (c.hardware.sampler_placement != "replica"
+                                          or c.advantage.filter_groups):
+                raise NotImplementedError(
+                    "stale.overlap on several processes needs a host-local sampler "
+                    "(hardware.sampler_placement='replica') and no advantage.filter_groups: "
+                    "the worker's collectives would interleave with the update's (docs/async.md)")
             gen = overlap.snapshot(params)  # the worker's own copy: the update donates params
         sampler_params = _cast(gen, self.cfg.model.sampler_dtype)
         if pool is not None and not c.stale.steps:
@@ -392,6 +403,9 @@ class Trainer:
             out = self.plugins.collect(collect, sampler_params, gen, step,
                                        defer=c.stale.overlap)
             samples, info = out[:2]
+            if info.pop("host_stats_later", False):  # before the worker starts
+                self._host_stats(samples, info, None, scoring="partial_tallies" not in info,
+                                 now=True)
             if c.stale.overlap:  # batch step + s, generated while the learner updates
                 ahead = overlap.Ahead(out[2])
         try:
