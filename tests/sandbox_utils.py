@@ -100,7 +100,10 @@ def as_user(pw):
         if top else 'exec "$@"', "sh",
         *no_outer_limit(), "setpriv", f"--reuid={pw.pw_uid}", f"--regid={pw.pw_gid}",
         "--init-groups", "--inh-caps=-all", "--reset-env",
-        "env", f"HOME={pw.pw_dir}",
+        # --reset-env drops the suite's JAX_PLATFORMS=cpu: without it JAX would probe libtpu
+        # (installed for the compile-only tests), which aborts the child when another test
+        # process holds libtpu's lock file
+        "env", f"HOME={pw.pw_dir}", "JAX_PLATFORMS=cpu",
     ]
     opened = _open_checkout_to_others()
     try:
