@@ -4,7 +4,8 @@ argv: OUT_NPZ RUN_DIR [SPEC_JSON]. Multi-process settings come from TSEEDS_* env
 variables. SPEC_JSON (optional): {"devices": CPU devices of this process (default 1),
 "overrides": config overrides on top of the base run below, "reward": "half_parity" (groups of
 about half the prompts all score 0: DAPO dynamic sampling filters them and tops up),
-"checkpoints": true (write checkpoints to RUN_DIR), "write_latency_s": hold every checkpoint
+"checkpoints": true (write checkpoints to RUN_DIR), "resume": true (restore the latest
+checkpoint of RUN_DIR first), "write_latency_s": hold every checkpoint
 write that long before its commit (tests/checkpoint_hooks.py)}.
 Prints "done INDEX COUNT" and a "stats {...}" JSON line (diagnostics the npz does not compare).
 Stopped by SIGTERM / SIGINT (rl/preemption.py): prints "preempted STEP" and exits with the
@@ -75,6 +76,8 @@ def main(out, run_dir):
         tr.env.reward_fn = half_parity_reward
     counts = dict.fromkeys(("moved_samples", "gathered_sample_calls", "global_stats_reads"), 0)
     _count_collectives(counts)
+    if SPEC.get("resume"):
+        assert tr.restore(), "resume: no checkpoint in the run dir"
     try:
         hist = tr.run()
     except Preempted as e:

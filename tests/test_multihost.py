@@ -112,6 +112,33 @@ def test_two_processes_overlapped_generation_match_one_process(tmp_path):
     assert max(stats[0]["partial"]["group_staleness_max"]) == 2
 
 
+def _run_shared(tmp_path, name, spec):
+    """Two processes on one run dir (as a gs:// run root on a pod); the npz of process 0."""
+    port = _free_port()
+    procs = [_worker(tmp_path / f"{name}.npz", tmp_path / "shared", spec,
+                     TSEEDS_NUM_PROCESSES="2", TSEEDS_PROCESS_ID=str(i),
+                     TSEEDS_COORDINATOR_ADDRESS=f"127.0.0.1:{port}") for i in range(2)]
+    outs = [p.communicate(timeout=900)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], [o[-3000:] for o in outs]
+    return np.load(tmp_path / f"{name}.npz")
+
+
+@pytest.mark.manual  # ~2 min
+def test_two_processes_resume_with_partial_rollouts_in_flight(tmp_path):
+    """Each host's pool (responses in flight, their versions and log-probs) and seed cache are
+    saved beside the checkpoint and restored: 2 + 2 steps train what 4 steps do."""
+    base = {**PARTIAL["overrides"], "checkpoint_every": 1}
+    full = _run_shared(tmp_path / "a", "full", {"checkpoints": True, "overrides": base})
+    _run_shared(tmp_path / "b", "half", {"checkpoints": True, "overrides": {**base, "steps": 2}})
+    saved = tmp_path / "b" / "shared" / "seed_cache" / "2" / "host-0001.extra.json"
+    assert json.loads(saved.read_text())["partial"]["references"]  # groups in flight on host 1
+    resumed = _run_shared(tmp_path / "b", "resumed", {"checkpoints": True, "resume": True,
+                                                      "overrides": base})
+    for k in full.files:
+        if k.isdigit():  # parameters (the metrics of the resumed run start at step 2)
+            np.testing.assert_array_equal(resumed[k], full[k], err_msg=k)
+
+
 # Both processes' 4 CPU devices in one (data 2, fsdp 2, tensor 2) mesh: the batch axes split
 # across the processes, so the sampler's decode slots, the statistics chunks and the update each
 # span both. Dynamic sampling (a reward that gives half the prompts all-equal groups) runs top-up
