@@ -83,6 +83,18 @@ def learner_stats(params, tokens_BT, attn_BT, r):
 STATS = types.SimpleNamespace(prompt_width=P, pad_id=0, logp_entropy=learner_stats)
 
 
+def _assert_same_batches(want, got):
+    """(samples, info) per step: the same samples, token for token, and the same info."""
+    for (sa, ia), (sb, ib) in zip(want, got, strict=True):
+        assert {k: v for k, v in ia.items() if not k.startswith("time_")} == \
+            {k: v for k, v in ib.items() if not k.startswith("time_")}
+        for a, b in zip(sa, sb, strict=True):
+            assert a.response_ids == b.response_ids and a.prompt_ids == b.prompt_ids
+            assert a.seed_ids == b.seed_ids
+            for name in ("seed_logp", "cont_logp", "seed_sampler_logp", "versions"):
+                np.testing.assert_array_equal(getattr(a, name), getattr(b, name), err_msg=name)
+
+
 def _run(pool, prompts, sampler, steps, first=0):
     out = []
     for k in range(first, first + steps):
@@ -168,14 +180,7 @@ def test_pool_state_round_trip_continues_exactly():
     resumed.load(tree, meta)
     prompts2.k = prompts.k
     got = _run(resumed, prompts2, scripted_sampler(lengths), 3, first=3)
-    for (sa, ia), (sb, ib) in zip(ref[3:], got, strict=True):
-        assert {k: v for k, v in ia.items() if not k.startswith("time_")} == \
-            {k: v for k, v in ib.items() if not k.startswith("time_")}
-        for a, b in zip(sa, sb, strict=True):
-            assert a.response_ids == b.response_ids and a.prompt_ids == b.prompt_ids
-            np.testing.assert_array_equal(a.seed_logp, b.seed_logp)
-            np.testing.assert_array_equal(a.cont_logp, b.cont_logp)
-            np.testing.assert_array_equal(a.versions, b.versions)
+    _assert_same_batches(ref[3:], got)
 
 
 def test_version_metrics_count_sources():
@@ -319,14 +324,7 @@ def test_refresh_cycle_pool_state_with_pending_groups_continues_exactly():
     assert back.refresh_version == pool.refresh_version >= 0
     got = run(back, src2, 4, first=3)
     assert src2.fetched and src2.fetched[0] == src.fetched[-1] + 1  # nothing fetched twice
-    for (sa, ia), (sb, ib) in zip(ref[3:], got, strict=True):
-        assert {k: v for k, v in ia.items() if not k.startswith("time_")} == \
-            {k: v for k, v in ib.items() if not k.startswith("time_")}
-        for a, b in zip(sa, sb, strict=True):
-            assert a.response_ids == b.response_ids and a.seed_ids == b.seed_ids
-            np.testing.assert_array_equal(a.seed_logp, b.seed_logp)
-            np.testing.assert_array_equal(a.seed_sampler_logp, b.seed_sampler_logp)
-            np.testing.assert_array_equal(a.versions, b.versions)
+    _assert_same_batches(ref[3:], got)
 
 
 def test_refresh_cycle_trains_batch_k_at_step_k_even_when_later_seeds_finish_first():

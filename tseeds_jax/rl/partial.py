@@ -252,12 +252,11 @@ class PartialRollouts(Plugin):
                 # synchronous algorithm bit for bit; older groups' indices wrap (unique).
                 index.append(((grp.gid - self.b_all * step) * self.g + i) % INDEX_WRAP)
         if not requests and not getattr(sample_fn, "collective", False):
-            return
+            return  # a collective sampler is called on every host, also with no requests
         seed = ((stream_seed(self.run_seed, step, ROLLOUT_STREAM) if not tally["calls"] else
                  stream_seed(self.run_seed, step, PARTIAL_STREAM, tally["calls"])), index)
         kw = {"interruptible": optional} if any(optional) else {}
-        results = sample_fn(sampler_params, requests, budgets, seed, **kw) if requests or \
-            getattr(sample_fn, "collective", False) else []
+        results = sample_fn(sampler_params, requests, budgets, seed, **kw)
         tally["calls"] += 1
         lengths = []
         for resp, (tokens, logp, finish) in zip(todo, results):
@@ -387,25 +386,38 @@ def version_metrics(samples: list[rollout.Sample], step: int) -> dict[str, float
 def version_tallies(samples: list[rollout.Sample], step: int) -> dict[str, Any]:
     """The counts behind `version_metrics` (they add up over hosts: `merge_hosts`); JSON-safe
     (a queued batch's info is checkpointed): "age" [[age, tokens]], "gap" [[age, sum, n]]."""
-    out: dict[str, Any] = {"seed": 0, "all": 0, "age": {}, "gap": {}}
+    parts = []
     for s in samples:
         if s.versions is None:
             continue
-        for a, n in zip(*np.unique(step - np.asarray(s.versions), return_counts=True)):
-            out["age"][int(a)] = out["age"].get(int(a), 0) + int(n)
         h = len(s.seed_ids)
-        out["seed"] += h
-        out["all"] += len(s.versions)
+        ages, counts = np.unique(step - np.asarray(s.versions), return_counts=True)
+        gap: list = []
         if h and s.seed_sampler_logp is not None:
             # refresh seeds have no sampler log-prob (NaN): no gap to report
             known = np.isfinite(s.seed_sampler_logp)
-            ages = (step - np.asarray(s.versions[:h]))[known]
-            gaps = np.abs(np.asarray(s.seed_logp, np.float64) - s.seed_sampler_logp)[known]
-            for a in np.unique(ages).tolist():
-                total, n = out["gap"].get(a, (0.0, 0))
-                out["gap"][a] = (total + float(gaps[ages == a].sum()), n + int(np.sum(ages == a)))
-    return {**out, "age": sorted([a, n] for a, n in out["age"].items()),
-            "gap": sorted([a, t, n] for a, (t, n) in out["gap"].items())}
+            seed_age = (step - np.asarray(s.versions[:h]))[known]
+            diff = np.abs(np.asarray(s.seed_logp, np.float64) - s.seed_sampler_logp)[known]
+            gap = [[a, float(diff[seed_age == a].sum()), int(np.sum(seed_age == a))]
+                   for a in np.unique(seed_age).tolist()]
+        parts.append({"seed": h, "all": len(s.versions), "gap": gap,
+                      "age": [[int(a), int(n)] for a, n in zip(ages, counts)]})
+    return sum_tallies(parts)
+
+
+def sum_tallies(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """Tallies added up: token counts per age, gap sums and counts per age."""
+    ages: dict[int, int] = {}
+    gaps: dict[int, tuple[float, int]] = {}
+    for t in parts:
+        for a, n in t["age"]:
+            ages[a] = ages.get(a, 0) + n
+        for a, g, n in t["gap"]:
+            g0, n0 = gaps.get(a, (0.0, 0))
+            gaps[a] = (g0 + g, n0 + n)
+    return {"seed": sum(t["seed"] for t in parts), "all": sum(t["all"] for t in parts),
+            "age": sorted([a, n] for a, n in ages.items()),
+            "gap": sorted([a, g, n] for a, (g, n) in gaps.items())}
 
 
 def tally_metrics(t: dict[str, Any]) -> dict[str, float]:
@@ -429,16 +441,5 @@ def merge_hosts(infos: list[dict[str, Any]], tallies: list[dict[str, Any]]) -> d
     out: dict[str, Any] = {k: sum(i[k] for i in infos) for k in SUMMED}
     out.update({k: max(i[k] for i in infos) for k in LARGEST})
     out["slot_occupancy"] = out["partial_decoded_tokens"] / max(out["partial_slot_steps"], 1)
-    ages: dict[int, int] = {}
-    gaps: dict[int, tuple[float, int]] = {}
-    for t in tallies:
-        for a, n in t["age"]:
-            ages[a] = ages.get(a, 0) + n
-        for a, g, n in t["gap"]:
-            g0, n0 = gaps.get(a, (0.0, 0))
-            gaps[a] = (g0 + g, n0 + n)
-    out.update(tally_metrics({"seed": sum(t["seed"] for t in tallies),
-                              "all": sum(t["all"] for t in tallies),
-                              "age": sorted([a, n] for a, n in ages.items()),
-                              "gap": sorted([a, g, n] for a, (g, n) in gaps.items())}))
+    out.update(tally_metrics(sum_tallies(tallies)))
     return out
