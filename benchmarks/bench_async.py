@@ -8,10 +8,10 @@ The task: compact chain sums whose term count is drawn from a truncated geometri
 most often, 10 rarely), so the worked responses run from about 8 tokens to the cap. One warm
 start (SFT) gives the base policy; every run starts from it. "sync": today's step (each sampler
 call decodes until its longest response ends). "async": `stale.partial_tokens` per step, the
-rest continued as seeds by the next policy, `stale.max_staleness` 1 (rl/partial.py). "lag":
-M2PO's fixed lag of one step (`stale.steps` 1, rl/stale.py), generation then update;
+rest continued as seeds by the next policy, `stale.max_staleness` 1 (rl/rollout/pool.py). "lag":
+M2PO's fixed lag of one step (`stale.steps` 1, rl/rollout/lag.py), generation then update;
 "lag_overlap": the same batches generated in a worker thread while the learner updates
-(`stale.overlap`, rl/overlap.py); "async_overlap": partial rollouts generated one step ahead
+(`stale.overlap`, rl/rollout/lag.py); "async_overlap": partial rollouts generated one step ahead
 during the update (staleness bound 2: the lag takes one). All train the same number of steps of
 B prompts x G responses. With `--record`, writes
 docs/results/async_bench.json (rendered into docs/async.md by `python -m
@@ -95,8 +95,7 @@ def methods(chunk: int, staleness: int, names=METHODS):
 
 def run(args) -> dict:
     from tseeds_jax.model import init_model
-    from tseeds_jax.rl.runner import make_trainer
-    from tseeds_jax.rl.setup import PromptStream
+    from tseeds_jax.rl.setup import PromptStream, make_trainer
 
     dc = ex.DemoConfig(out=args.out, prompt_width=22, response_width=args.response_width,
                        batch_prompts=args.batch_prompts, group_size=args.group_size,

@@ -5,7 +5,7 @@
 Tiny default task and model (`tiny_config()`: 4 prompts x 4 samples, 32-token responses, a
 randomly initialised ~0.1M-parameter decoder) for on-policy DAPO, Thinking Seeds (ratio 0.5,
 T 8) and the peer restart methods PrefixRL, QuestA, FR3E and CURE (configs/tiny_<method>.py
-settings, rl/restart_configs.py). A random model never solves the task, so a parity reward
+settings, rl/config/methods.py). A random model never solves the task, so a parity reward
 (response length odd) stands in: groups then have unequal rewards and PrefixRL's pool fills, as
 they would on a real task. Each method first runs `--warmup` untimed cycles of 8 steps (the
 sampler compiles each new prefill / budget shape once), then `--cycles` timed cycles, the methods
@@ -42,8 +42,8 @@ def parity_reward(texts, refs):
 
 def make(run_dir: str, method: str, steps: int):
     from tseeds_jax.rl.config import TrainConfig, tiny_config
-    from tseeds_jax.rl.restart_configs import apply_restart
-    from tseeds_jax.rl.runner import make_trainer
+    from tseeds_jax.rl.config.methods import apply_restart
+    from tseeds_jax.rl.setup import make_trainer
 
     c = tiny_config()
     if method == "ts_ratio":

@@ -32,7 +32,7 @@ T = 8
 
 def make(run_dir: str, seeded: bool):
     from tseeds_jax.rl.config import TrainConfig, tiny_config
-    from tseeds_jax.rl.runner import make_trainer
+    from tseeds_jax.rl.setup import make_trainer
 
     c = tiny_config()
     c.run_dir = run_dir

@@ -102,7 +102,8 @@ def reward_of_ids(ids) -> float:
 # ---- ours ---------------------------------------------------------------------------------
 def build_ours(a, hf_dir: str, run_dir: str):
     """(trainer, setup seconds) for our trainer on the benchmark shape (no stop tokens)."""
-    from tseeds_jax.rl import runner, setup
+    from tseeds_jax.rl import setup
+    from tseeds_jax.rl import setup as runner
     from tseeds_jax.rl.config import TrainConfig, tiny_config
 
     c = tiny_config()
@@ -293,7 +294,7 @@ def profile(a, trainer, hf_model, prompts) -> str:
     import torch
 
     from tseeds_jax import sampling
-    from tseeds_jax.rl import rollout
+    from tseeds_jax.rl.rollout import samples as rollout
 
     gd, r, n = trainer.env.graphdef, a.tokens, a.prompts * a.group
     reqs = [p for p in prompts[: a.prompts] for _ in range(a.group)]

@@ -1,7 +1,7 @@
 """Paper scale: Qwen2.5-Math-7B on DAPO-Math-17k, Thinking Seeds (ratio 0.3, T 8), state+action.
 
 Paper section 5.1: 4k context (prompt + response), batch 32 prompts, G 8, clip-high 0.28, one update
-per batch (the shared recipe: tseeds_jax/rl/paper.py). Point `model.init` / `tokenizer` at your
+per batch (the shared recipe: tseeds_jax/rl/config/recipes.py). Point `model.init` / `tokenizer` at your
 local HF folder of Qwen/Qwen2.5-Math-7B and `data.source` at the DAPO-Math-17k parquet
 (BytedTsinghua-SIA/DAPO-Math-17k); the paths below are placeholders. `model.arch` repeats the HF
 config.json so that `tseeds plan` works without the weights (with the folder present the plan
@@ -16,7 +16,7 @@ host (also fits 8xH200).
     tpu_scripts/launch.sh --env pod.env --config configs/qwen25_math_7b_dapo17k.py  (docs/scale.md)
 """
 
-from tseeds_jax.rl.paper import Slice, paper_config
+from tseeds_jax.rl.config.recipes import Slice, paper_config
 
 # Qwen/Qwen2.5-Math-7B config.json (architecture fields only).
 ARCH = dict(model_type="qwen2", vocab_size=152064, hidden_size=3584, intermediate_size=18944,

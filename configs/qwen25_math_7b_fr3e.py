@@ -1,6 +1,6 @@
 """FR3E (a peer restart method, docs/restart_methods.md), Qwen2.5-Math-7B / DAPO-Math-17k.
 
-Method settings: tseeds_jax/rl/restart_configs.py (`apply_restart`, method "fr3e"); everything
+Method settings: tseeds_jax/rl/config/methods.py (`apply_restart`, method "fr3e"); everything
 else is the paper's on-policy DAPO setting (family_configs.qwen25_math_7b_base).
 
     tseeds train --config configs/qwen25_math_7b_fr3e.py \
@@ -8,8 +8,8 @@ else is the paper's on-policy DAPO setting (family_configs.qwen25_math_7b_base).
         --config.data.source=dapo_math_17k:PATH
 """
 
-from tseeds_jax.rl.family_configs import qwen25_math_7b_base
-from tseeds_jax.rl.restart_configs import apply_restart
+from tseeds_jax.rl.config.methods import apply_restart
+from tseeds_jax.rl.config.recipes import qwen25_math_7b_base
 
 
 def get_config():

@@ -1,6 +1,6 @@
 """QuestA (a peer restart method, docs/restart_methods.md), Qwen2.5-Math-7B / DAPO-Math-17k.
 
-Method settings: tseeds_jax/rl/restart_configs.py (`apply_restart`, method "questa"); everything
+Method settings: tseeds_jax/rl/config/methods.py (`apply_restart`, method "questa"); everything
 else is the paper's on-policy DAPO setting (family_configs.qwen25_math_7b_base).
 
     tseeds train --config configs/qwen25_math_7b_questa.py \
@@ -11,8 +11,8 @@ QuestA's hints need a worked solution per problem (tseeds_jax/data/hints.py): a 
 references carry a "solution" string (DAPO-Math-17k's references are final answers only).
 """
 
-from tseeds_jax.rl.family_configs import qwen25_math_7b_base
-from tseeds_jax.rl.restart_configs import apply_restart
+from tseeds_jax.rl.config.methods import apply_restart
+from tseeds_jax.rl.config.recipes import qwen25_math_7b_base
 
 
 def get_config():

@@ -1,7 +1,7 @@
 """Paper scale: Qwen2.5-Math-7B on DAPO-Math-17k, Thinking Seeds with adaptive seeds
 (success_target, p* 0.5, T 8), state+action loss.
 
-The paper recipe (tseeds_jax/rl/paper.py, section 5.1) with the seed selector swapped: each seed
+The paper recipe (tseeds_jax/rl/config/recipes.py, section 5.1) with the seed selector swapped: each seed
 is cut from the behavior rollout and at the point where the current policy's estimated success
 rate is near 0.5 (docs/adaptive_seeds.md); groups without a rollout of the needed kind use the
 paper's ratio-0.3 rule. Point `model.init` / `tokenizer` at your local HF folder of
@@ -14,7 +14,7 @@ Variants (`FILE:VARIANT`): `tpu` (default) = a v5p-64 slice (32 devices); `gpu` 
         --config.model.init=hf:/models/Qwen2.5-Math-7B --config.tokenizer=hf:/models/Qwen2.5-Math-7B
 """
 
-from tseeds_jax.rl.paper import Slice, paper_config
+from tseeds_jax.rl.config.recipes import Slice, paper_config
 
 # Qwen/Qwen2.5-Math-7B config.json (architecture fields only).
 ARCH = dict(model_type="qwen2", vocab_size=152064, hidden_size=3584, intermediate_size=18944,

@@ -1,6 +1,6 @@
 """Thinking Seeds + CTPO-LA ratio, Qwen2.5-Math-7B / DAPO-Math-17k.
 
-Method settings: tseeds_jax/rl/family_configs.py (`apply_method`, method "seeds_ctpo"); the run label
+Method settings: tseeds_jax/rl/config/methods.py (`apply_method`, method "seeds_ctpo"); the run label
 `config.method` is "seeds_ctpo".
 
     tseeds train --config configs/qwen25_math_7b_seeds_ctpo.py \
@@ -8,7 +8,8 @@ Method settings: tseeds_jax/rl/family_configs.py (`apply_method`, method "seeds_
         --config.data.source=dapo_math_17k:PATH
 """
 
-from tseeds_jax.rl.family_configs import apply_method, qwen25_math_7b_base
+from tseeds_jax.rl.config.methods import apply_method
+from tseeds_jax.rl.config.recipes import qwen25_math_7b_base
 
 
 def get_config():

@@ -1,6 +1,6 @@
 """Thinking Seeds (length-ratio seeds, T 8) with the DAPO loss, Qwen2.5-Math-7B / DAPO-Math-17k.
 
-Method settings: tseeds_jax/rl/family_configs.py (`apply_method`, method "thinking_seeds"); the run label
+Method settings: tseeds_jax/rl/config/methods.py (`apply_method`, method "thinking_seeds"); the run label
 `config.method` is "thinking_seeds".
 
     tseeds train --config configs/qwen25_math_7b_thinking_seeds.py \
@@ -8,7 +8,8 @@ Method settings: tseeds_jax/rl/family_configs.py (`apply_method`, method "thinki
         --config.data.source=dapo_math_17k:PATH
 """
 
-from tseeds_jax.rl.family_configs import apply_method, qwen25_math_7b_base
+from tseeds_jax.rl.config.methods import apply_method
+from tseeds_jax.rl.config.recipes import qwen25_math_7b_base
 
 
 def get_config():

@@ -3,7 +3,7 @@ T 8), state variant (seed tokens are context only).
 
 Paper section 5.1: 5,120 prompts randomly sampled from KlearReasoner-CodeSub-15k, prompts up to 2k
 and responses up to 16k tokens, ratio 30% and T 8 reused from the math runs (the shared recipe:
-tseeds_jax/rl/paper.py); masking the prefix from the loss (the `state` variant) raised
+tseeds_jax/rl/config/recipes.py); masking the prefix from the loss (the `state` variant) raised
 LiveCodeBench-v6 from 48.58 to 52.19. The data file holds one problem per line with
 `stdin_stdout` pairs and/or `asserts` (the `code` registry format). Point `model.init` /
 `tokenizer` at your local HF folder of Qwen/Qwen3-4B-Thinking-2507; the paths below are
@@ -20,7 +20,7 @@ meshes split heads over `tensor`; `tseeds plan` shows what still does not fit.
     tpu_scripts/launch.sh --env pod.env --config configs/qwen3_4b_thinking_code.py  (docs/scale.md)
 """
 
-from tseeds_jax.rl.paper import Slice, paper_config
+from tseeds_jax.rl.config.recipes import Slice, paper_config
 
 # Qwen/Qwen3-4B-Thinking-2507 config.json (architecture fields only).
 ARCH = dict(model_type="qwen3", vocab_size=151936, hidden_size=2560, intermediate_size=9728,

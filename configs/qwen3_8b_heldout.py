@@ -18,7 +18,7 @@ layers and short rows (a compile of minutes, not of the full model).
     tseeds plan  --config configs/qwen3_8b_heldout.py --compile   (TPU compile: ~20 min on 2 cores)
 """
 
-from tseeds_jax.rl.paper import Slice, paper_config
+from tseeds_jax.rl.config.recipes import Slice, paper_config
 
 # Qwen/Qwen3-8B config.json (architecture fields only).
 ARCH = dict(model_type="qwen3", vocab_size=151936, hidden_size=4096, intermediate_size=12288,

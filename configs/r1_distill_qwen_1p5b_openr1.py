@@ -2,7 +2,7 @@
 
 Paper section 5.1: 4,608 entries randomly sampled from Openr1-Math-46k-8192 (Elliott/Openr1-Math-
 46k-8192, verl format), response length 8k, batch 32 prompts, G 8, clip-high 0.28 (the shared
-recipe: tseeds_jax/rl/paper.py). Point `model.init` / `tokenizer` at your local HF folder of
+recipe: tseeds_jax/rl/config/recipes.py). Point `model.init` / `tokenizer` at your local HF folder of
 deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B and `data.source` at the parquet; the paths below are
 placeholders. `model.arch` repeats the HF config.json so that `tseeds plan` works without the
 weights (with the folder present the plan reads its config.json instead).
@@ -16,7 +16,7 @@ host (also fits 8xH200).
     tpu_scripts/launch.sh --env pod.env --config configs/r1_distill_qwen_1p5b_openr1.py  (docs/scale.md)
 """
 
-from tseeds_jax.rl.paper import Slice, paper_config
+from tseeds_jax.rl.config.recipes import Slice, paper_config
 
 # deepseek-ai/DeepSeek-R1-Distill-Qwen-1.5B config.json (architecture fields only).
 ARCH = dict(model_type="qwen2", vocab_size=151936, hidden_size=1536, intermediate_size=8960,

@@ -14,7 +14,7 @@ partial-rollout pool.
 """
 
 from tseeds_jax.rl.config import tiny_config
-from tseeds_jax.rl.family_configs import apply_method
+from tseeds_jax.rl.config.methods import apply_method
 
 
 def get_config():

@@ -1,13 +1,13 @@
 """GSPO (sequence ratio, clip 3e-4/4e-4), mini-batched, on the tiny default task.
 
-Method settings: tseeds_jax/rl/family_configs.py (`apply_method`, method "gspo"); the run label
+Method settings: tseeds_jax/rl/config/methods.py (`apply_method`, method "gspo"); the run label
 `config.method` is "gspo".
 
     tseeds train --config configs/tiny_gspo.py --config.steps=20
 """
 
 from tseeds_jax.rl.config import tiny_config
-from tseeds_jax.rl.family_configs import apply_method
+from tseeds_jax.rl.config.methods import apply_method
 
 
 def get_config():

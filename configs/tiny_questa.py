@@ -1,13 +1,13 @@
 """QuestA (a peer restart method, docs/restart_methods.md) on the tiny default task.
 
-Method settings: tseeds_jax/rl/restart_configs.py (`apply_restart`, method "questa").
+Method settings: tseeds_jax/rl/config/methods.py (`apply_restart`, method "questa").
 
     tseeds train --config configs/tiny_questa.py --config.steps=20
     tseeds train --config configs/tiny_questa.py:hard   # the demo's hard task (8-9 terms)
 """
 
 from tseeds_jax.rl.config import tiny_config
-from tseeds_jax.rl.restart_configs import apply_restart, tiny_variant
+from tseeds_jax.rl.config.methods import apply_restart, tiny_variant
 
 VARIANTS = {"hard": "chains of 8-9 terms, prompt width 20, response width 96"}
 

@@ -28,7 +28,7 @@ import jax
 from jax.sharding import PartitionSpec as P
 
 # Mesh axes that an enclosing `jax.vmap(..., spmd_axis_name=axes)` already splits its mapped
-# dimension over (the learner's per-shard gradients, rl/learner.py): code traced inside must not
+# dimension over (the learner's per-shard gradients, rl/learn/learner.py): code traced inside must not
 # split another dimension over them (shard_map specs, sharding constraints), or JAX refuses the
 # program ("vmap spmd_axis_name cannot appear in shard_map in_specs").
 _HELD: contextvars.ContextVar[frozenset] = contextvars.ContextVar("tseeds_held_mesh_axes",

@@ -8,7 +8,7 @@ about half the prompts all score 0: DAPO dynamic sampling filters them and tops 
 checkpoint of RUN_DIR first), "write_latency_s": hold every checkpoint
 write that long before its commit (tests/checkpoint_hooks.py)}.
 Prints "done INDEX COUNT" and a "stats {...}" JSON line (diagnostics the npz does not compare).
-Stopped by SIGTERM / SIGINT (rl/preemption.py): prints "preempted STEP" and exits with the
+Stopped by SIGTERM / SIGINT (rl/run/preemption.py): prints "preempted STEP" and exits with the
 trainer's exit code (75 / 130).
 """
 
@@ -21,7 +21,7 @@ SPEC = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
 os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={SPEC.get('devices', 1)}"
 os.environ["JAX_PLATFORMS"] = "cpu"
 
-from tseeds_jax.rl.hosts import maybe_initialize_distributed  # noqa: E402
+from tseeds_jax.rl.run.hosts import maybe_initialize_distributed  # noqa: E402
 
 maybe_initialize_distributed()
 
@@ -32,8 +32,8 @@ jax.config.update("jax_default_matmul_precision", "highest")
 
 from tests.checkpoint_hooks import slow_commit  # noqa: E402
 from tests.trainer_utils import parity_reward, tiny_trainer  # noqa: E402
-from tseeds_jax.rl import hosts  # noqa: E402
-from tseeds_jax.rl.preemption import Preempted  # noqa: E402
+from tseeds_jax.rl.run import hosts  # noqa: E402
+from tseeds_jax.rl.run.preemption import Preempted  # noqa: E402
 
 
 def half_parity_reward(texts, refs):

@@ -1,9 +1,12 @@
-"""GRPO advantages, DAPO dynamic sampling (keep mask + accumulator), DAPO overlong penalty."""
+"""GRPO advantages, DAPO dynamic sampling's group filter, DAPO overlong penalty."""
+
+import types
 
 import numpy as np
 import pytest
 
-from tseeds_jax.rl import advantages as adv
+from tseeds_jax.rl.learn import advantages as adv
+from tseeds_jax.rl.rollout import stats
 
 
 def ref_grpo(scores, gids, norm_by_std=True, eps=1e-6):
@@ -55,60 +58,16 @@ def test_grpo_validation():
         adv.grpo_advantages([1.0, np.nan], group_size=2)
 
 
-def test_dynamic_sampling_keep_mask():
+def test_dynamic_sampling_keeps_groups_with_unequal_rewards():
+    # rollout/stats.py: the one group filter (DAPO filter_groups)
     metric = np.array([1, 1, 1, 0, 1, 0.1, 0.1, 0.1, 5.0, 2, 2], float)
     gids = np.array([0, 0, 0, 1, 1, 2, 2, 2, 3, 4, 4])
     want = np.array([0, 0, 0, 1, 1, 0, 0, 0, 1, 0, 0], bool)  # 3 is a singleton: kept
-    np.testing.assert_array_equal(adv.dynamic_sampling_keep_mask(metric, gids), want)
-    np.testing.assert_array_equal(
-        adv.dynamic_sampling_keep_mask([0, 0, 1, 0, 1, 1], group_size=2), [0, 0, 1, 1, 0, 0])
-
-
-def _gen_batch(rng, n_prompts, G, offset):
-    acc = rng.integers(0, 2, size=(n_prompts, G)).astype(float)
-    acc[0] = 1.0  # at least one all-equal group per batch
-    ids = np.repeat(np.arange(n_prompts) + offset, G)
-    batch = {"prompt": ids.copy(), "sample": np.arange(n_prompts * G) + 1000 * offset}
-    return batch, acc.reshape(-1), ids
-
-
-def test_accumulator_collects_until_target():
-    rng = np.random.default_rng(2)
-    G, target = 4, 5
-    acc = adv.DynamicSamplingAccumulator(target_prompts=target, max_gen_batches=10)
-    kept_prompts, n = [], 0
-    while not acc.ready:
-        batch, metric, ids = _gen_batch(rng, 3, G, offset=10 * n)
-        keep = adv.dynamic_sampling_keep_mask(metric, ids)
-        kept_prompts += list(dict.fromkeys(ids[keep].tolist()))
-        assert acc.add(batch, metric, ids) == len(set(ids[keep].tolist()))
-        n += 1
-    batch, gids = acc.take()
-    want = kept_prompts[:target]
-    assert list(dict.fromkeys(batch["prompt"].tolist())) == want
-    assert len(batch["sample"]) == target * G
-    np.testing.assert_array_equal(gids, np.repeat(np.arange(target), G))
-    assert acc.kept_prompts == 0 and not acc.ready  # reset after take
-
-
-def test_accumulator_cap_raise_or_proceed():
-    metric = np.array([1.0, 1.0, 0.0, 1.0])  # one of two groups kept per batch
-    ids = np.array([0, 0, 1, 1])
-    batch = {"x": np.arange(4)}
-    acc = adv.DynamicSamplingAccumulator(target_prompts=3, max_gen_batches=2)
-    acc.add(batch, metric, ids)
-    with pytest.raises(RuntimeError, match="max_gen_batches=2"):
-        acc.add(batch, metric, ids)
-    acc = adv.DynamicSamplingAccumulator(target_prompts=3, max_gen_batches=2, on_exhausted="proceed")
-    acc.add(batch, metric, ids)
-    assert not acc.ready
-    acc.add(batch, metric, ids)
-    assert acc.ready and acc.exhausted
-    out, gids = acc.take()
-    np.testing.assert_array_equal(out["x"], [2, 3, 2, 3])
-    np.testing.assert_array_equal(gids, [0, 0, 1, 1])
-    with pytest.raises(ValueError, match="leading axis B=4"):
-        acc.add({"x": np.arange(3)}, metric, ids)
+    np.testing.assert_array_equal(stats.varied_mask(metric, gids), want)
+    np.testing.assert_array_equal(stats.varied_mask([0, 0, 1, 0, 1, 1], np.arange(6) // 2),
+                                  [0, 0, 1, 1, 0, 0])
+    samples = [types.SimpleNamespace(reward=r) for r in [0, 0, 1, 0, 1, 1]]
+    assert stats.keep_varied_groups(samples, 2) == samples[2:4]
 
 
 def test_overlong_penalty_formula():

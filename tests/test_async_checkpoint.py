@@ -16,9 +16,9 @@ from tests.checkpoint_hooks import delay_observer
 from tests.test_preemption import _Prompts, _state
 from tests.test_preemption import _run as _saved_run
 from tseeds_jax import checkpoint
-from tseeds_jax.rl import preemption
-from tseeds_jax.rl.hosts import Hosts
-from tseeds_jax.rl.state_io import (
+from tseeds_jax.rl.run import preemption
+from tseeds_jax.rl.run.hosts import Hosts
+from tseeds_jax.rl.run.state_io import (
     CheckpointError,
     CheckpointUnavailableError,
     RunCheckpointer,

@@ -1,20 +1,22 @@
-"""Partial rollouts continued as seeds (rl/partial.py) with a scripted sampler and scripted
+"""Partial rollouts continued as seeds (rl/rollout/pool.py) with a scripted sampler and scripted
 learner statistics, so that every number is known by hand: the mixed-source ratio of an
 interrupted-then-continued response, per-token versions, the staleness bound, exact resume of the
-pool, and rollout correction (rl/rollout_correction.py)."""
+pool, and rollout correction (rl/learn/correction.py)."""
 
 import types
 
 import numpy as np
 import pytest
 
-from tseeds_jax.rl import rollout
 from tseeds_jax.rl.config import TrainConfig, tiny_config
-from tseeds_jax.rl.config_fields import ConfigValueError
+from tseeds_jax.rl.config.fields import ConfigValueError
+from tseeds_jax.rl.config.methods import apply_restart
+from tseeds_jax.rl.learn import batch as batch_lib
+from tseeds_jax.rl.learn.correction import correction_mask, log_weights
 from tseeds_jax.rl.losses.mixed_source import mix_old_logp
-from tseeds_jax.rl.partial import PartialRollouts, merge_hosts, version_metrics
-from tseeds_jax.rl.restart_configs import apply_restart
-from tseeds_jax.rl.rollout_correction import correction_mask, log_weights
+from tseeds_jax.rl.rollout import samples as rollout
+from tseeds_jax.rl.rollout.pool import PartialRollouts
+from tseeds_jax.rl.rollout.pool_tallies import merge_hosts, version_metrics
 
 P, R = 4, 12  # prompt width, response width
 STOP = 99
@@ -118,7 +120,7 @@ def test_interrupted_then_continued_ratio_is_the_mixed_source_formula():
     # seed denominators: the learner under the version that wrote each token (hand-computed)
     np.testing.assert_allclose(s.seed_logp, [-0.1, -0.2, -0.31, -0.41], atol=1e-6)
     np.testing.assert_allclose(s.seed_sampler_logp, [-0.01, -0.02, -0.031, -0.041], atol=1e-6)
-    batch = rollout.build_batch([s], np.ones(1), prompt_width=P, response_width=R)
+    batch = batch_lib.build_batch([s], np.ones(1), prompt_width=P, response_width=R)
     # current policy pi_theta (hand-chosen) and pi_old on continuation tokens (the shortcut)
     theta = np.array([-0.15, -0.1, -0.3, -0.5, -0.7, -0.65] + [0.0] * (R - 6), np.float32)[None]
     den = np.asarray(mix_old_logp(batch.seed_mask_BR, batch.behavior_logp_BR, theta))
@@ -240,17 +242,21 @@ def test_partial_rollouts_refuse_seeded_runs_and_a_lag_above_the_bound():
     TrainConfig.from_config(c)  # refresh cycles run through the pool (docs/async.md)
 
 
-def test_partial_rollouts_refuse_a_restart_method():
-    c = apply_restart(tiny_config(), "questa")
+def test_partial_rollouts_refuse_a_branch_method_and_take_a_prefix_method():
+    c = apply_restart(tiny_config(), "fr3e")
     TrainConfig.from_config(c)
     c.stale.partial_tokens = 4
-    with pytest.raises(ConfigValueError, match="partial_tokens=4: restart.method='questa'"):
+    with pytest.raises(ConfigValueError, match="partial_tokens=4 with config.restart.method="
+                                               "'fr3e': partial rollouts does not combine"):
         TrainConfig.from_config(c)
+    c = apply_restart(tiny_config(), "questa")
+    c.stale.partial_tokens = 4
+    TrainConfig.from_config(c)  # its prefixes are carried tokens of the pool (rl/methods/prefix.py)
 
 
 class SeededBatches:
     """Refresh cycles of T batches: batch j % T = 0 is on-policy (its fetch is the refresh, as
-    Trainer._refresh), batch j % T = t > 0 is seeded: prompt [100 j + k + 1], sample i's seed
+    ThinkingSeeds._refresh), batch j % T = t > 0 is seeded: prompt [100 j + k + 1], sample i's seed
     = t + i tokens 7, seed log-prob -0.5 each."""
 
     def __init__(self, t):

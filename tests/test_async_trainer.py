@@ -1,4 +1,4 @@
-"""Partial rollouts in the trainer (rl/partial.py): with max_staleness = 0 the partial path is
+"""Partial rollouts in the trainer (rl/rollout/pool.py): with max_staleness = 0 the partial path is
 the synchronous algorithm bit for bit; with staleness the seeds carry older versions; an
 in-process resume with responses in flight continues exactly."""
 
@@ -52,7 +52,7 @@ def test_stale_partial_rollouts_train_seeds_of_older_versions_and_resume_exactly
     assert all(0.0 <= m["rc_masked_token_frac"] < 1.0 for m in h_full)
     part = tiny_trainer(tmp_path / "part", checkpoints=True, **over)
     part.run(steps=2)
-    assert part.plugins.state() is not None and part.history[-1]["partial_responses_in_flight"]
+    assert part.source.state() and part.history[-1]["partial_responses_in_flight"]
     resumed = tiny_trainer(tmp_path / "part", checkpoints=True, **over)
     assert resumed.restore() and resumed.step == 2
     h_res = resumed.run()
@@ -65,7 +65,7 @@ SEEDED = {"seeds.refresh_interval": 3}
 
 @pytest.mark.slow  # ~40 s: two 4-step runs with refreshes
 def test_staleness_zero_partial_path_equals_the_refresh_cycle(tmp_path):
-    """Thinking Seeds' refresh cycle through the pool (rl/partial.py, "Refresh cycles") with
+    """Thinking Seeds' refresh cycle through the pool (rl/rollout/pool.py, "Refresh cycles") with
     max_staleness = 0 is the paper's cycle bit for bit: a refresh at step 0, seeded steps 1 and
     2, the next refresh at step 3."""
     sync = tiny_trainer(tmp_path / "sync", **SEEDED)
@@ -92,7 +92,7 @@ def test_stale_refresh_cycle_through_the_pool_resumes_exactly(tmp_path):
     assert all("seeds/cut_ratio_mean" in m for m in h_full[1::2])
     part = tiny_trainer(tmp_path / "part", checkpoints=True, **over)
     part.run(steps=3)
-    assert part.plugins.state() is not None and part.cache.batches  # batch 3's seeds, cached
+    assert part.source.state() and part.source.seed_cache().batches  # batch 3's seeds, cached
     resumed = tiny_trainer(tmp_path / "part", checkpoints=True, **over)
     assert resumed.restore() and resumed.step == 3
     h_res = resumed.run()
@@ -107,7 +107,7 @@ def test_shipped_async_seeds_config_trains(tmp_path):
 
     from tests.trainer_utils import parity_reward, tiny_cd
     from tseeds_jax.rl.config import TrainConfig
-    from tseeds_jax.rl.runner import make_trainer
+    from tseeds_jax.rl.setup import make_trainer
 
     path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "configs",
                         "tiny_async_seeds.py")

@@ -205,7 +205,8 @@ def test_empty_cache_prefill_matches_prefill_over_the_cache(impl):
 @pytest.mark.slow  # two learner updates per path, splash interpreted (~30 s on 2 cores)
 def test_two_training_steps_with_splash_match_the_reference_path():
     from tseeds_jax.rl.config import LossConfig, OptimConfig
-    from tseeds_jax.rl.learner import Learner, LearnerBatch
+    from tseeds_jax.rl.learn.batch import LearnerBatch
+    from tseeds_jax.rl.learn.learner import Learner
 
     lcfg = LossConfig(name="dapo", clip_low=0.2, clip_high=0.28, clip_c=10.0,
                       agg_mode="token-mean", entropy_coef=0.0, kl_coef=0.0, kl_type="k3")

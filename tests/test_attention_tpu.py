@@ -66,7 +66,7 @@ def test_no_square_score_buffer_in_update_stats_or_prefill():
 
 @pytest.mark.slow
 def test_the_check_finds_the_reference_attentions_scores(monkeypatch):
-    from tseeds_jax.rl import learner
+    from tseeds_jax.rl.learn import learner
 
     monkeypatch.setattr(attention, "resolve_impl", lambda impl, t, *arrays: "xla")
     monkeypatch.setattr(learner, "_JITTED", {})  # no jitted function traced with splash reused

@@ -12,7 +12,8 @@ from flax import nnx
 from tseeds_jax.model import ModelConfig, init_model
 from tseeds_jax.rl import losses
 from tseeds_jax.rl.config import LossConfig, OptimConfig
-from tseeds_jax.rl.learner import Learner, LearnerBatch
+from tseeds_jax.rl.learn.batch import LearnerBatch
+from tseeds_jax.rl.learn.learner import Learner
 
 P, R, B, V = 4, 6, 8, 13
 OCFG = OptimConfig(lr=1e-2, warmup_steps=0, weight_decay=0.0, b1=0.9, b2=0.999, eps=1e-3,

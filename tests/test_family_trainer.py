@@ -12,16 +12,15 @@ import pytest
 from flax import nnx
 
 from tests.trainer_utils import parity_reward, set_fields, tiny_cd
-from tseeds_jax.rl import rollout
 from tseeds_jax.rl.config import ConfigValueError, TrainConfig
-from tseeds_jax.rl.errors import ConfigValueError as LossConfigError
-from tseeds_jax.rl.family_configs import METHODS, apply_method
-from tseeds_jax.rl.loss_plugins import LossPlugins
-from tseeds_jax.rl.runner import make_trainer
-from tseeds_jax.rl.stale import StaleRollouts
+from tseeds_jax.rl.config.errors import ConfigValueError as LossConfigError
+from tseeds_jax.rl.config.methods import METHODS, apply_method
+from tseeds_jax.rl.learn import batch as batch_lib
+from tseeds_jax.rl.rollout import samples as rollout
+from tseeds_jax.rl.setup import make_trainer
 
 
-def _trainer(run_dir, method=None, *, checkpoints=False, **overrides):
+def _trainer(run_dir, method=None, *, checkpoints=False, lag=None, **overrides):
     c = tiny_cd(run_dir)
     if method is not None:
         apply_method(c, method, scale="tiny")
@@ -31,7 +30,8 @@ def _trainer(run_dir, method=None, *, checkpoints=False, **overrides):
     c.steps = 2
     set_fields(c, overrides)
     cfg = TrainConfig.from_config(c)
-    return make_trainer(cfg, checkpoints=checkpoints, env_overrides={"reward_fn": parity_reward})
+    return make_trainer(cfg, checkpoints=checkpoints, env_overrides={"reward_fn": parity_reward},
+                        lag=lag)
 
 
 def _leaves(params):
@@ -100,10 +100,7 @@ def test_sis_accepting_everything_equals_its_base(tmp_path):
 def test_m2po_stale_zero_equals_on_policy_and_resume_restores_the_queue(tmp_path):
     over = {"loss.name": "m2po", "optim.old_logp": "recompute", "steps": 3}
     on = _trainer(tmp_path / "on", **over)
-    queued = _trainer(tmp_path / "queued", **over)
-    # the queue machinery with lag 0
-    queued.plugins = LossPlugins.build(queued.cfg, queued.learner, queued.row_stats,
-                                       stale=StaleRollouts(0))
+    queued = _trainer(tmp_path / "queued", lag=0, **over)  # the queue machinery with lag 0
     h_on, h_q = on.run(), queued.run()
     for a, b in zip(h_on, h_q, strict=True):
         for k in ("loss", "reward", "grad_norm", "response_length", "m2po_masked_frac"):
@@ -122,7 +119,7 @@ def test_m2po_stale_zero_equals_on_policy_and_resume_restores_the_queue(tmp_path
     part.run(steps=2)
     resumed = _trainer(tmp_path / "part", checkpoints=True, **over)
     assert resumed.restore() and resumed.step == 2
-    assert sorted(resumed.plugins.stale.queue) == [2, 3]  # generated at steps 0 and 1
+    assert sorted(resumed.source.stale.queue) == [2, 3]  # generated at steps 0 and 1
     h_rest = resumed.run()
     for k in ("loss", "reward", "grad_norm", "stare_pos_weight", "stare_entropy_mean"):
         np.testing.assert_array_equal(h_full[2][k], h_rest[0][k], err_msg=k)
@@ -137,7 +134,7 @@ def test_luffy_jsonl_trace_is_the_first_sample_with_seed_mask_over_the_response(
     tr = _trainer(tmp_path / "run", **{"loss.name": "luffy", "offpolicy.source": f"jsonl:{path}",
                                        "data.size": 50, "rollout.max_response_len": 32})
     g = tr.cfg.rollout.group_size
-    samples, _ = tr._collect(tr.state.params, 0)
+    samples, _ = tr.source.next(0, tr.policy(tr.state.params))
     for i, s in enumerate(samples):
         assert s.offpolicy == (i % g == 0)
     tok_decode = tr.env.decode
@@ -147,14 +144,14 @@ def test_luffy_jsonl_trace_is_the_first_sample_with_seed_mask_over_the_response(
         assert s.cont_ids == [] and s.finish == "stop" and len(s.seed_ids) > 0
         # the trace is the worked solution of this very prompt (its answer is the reference's)
         assert extract_answer(tok_decode(s.seed_ids)) == str(s.reference["answer"])
-    batch = rollout.build_batch(samples, np.zeros(len(samples)), prompt_width=16,
+    batch = batch_lib.build_batch(samples, np.zeros(len(samples)), prompt_width=16,
                                 response_width=tr.cfg.rollout.max_response_len)
     np.testing.assert_array_equal(batch.seed_mask_BR[::g], batch.resp_mask_BR[::g])
     assert batch.seed_mask_BR[1::g].sum() == 0 and batch.resp_mask_BR[::g].sum() > 0
     m = tr.train_step()
     assert np.isfinite(m["loss"]) and m["offpolicy_frac"] == 1 / g
     # "another checkpoint via the sampler": here the run's current model writes the traces.
-    from tseeds_jax.rl import offpolicy
+    from tseeds_jax.rl.methods import traces as offpolicy
     from tseeds_jax.rl.setup import build_source, build_tokenizer
 
     tok = build_tokenizer(tr.cfg, build_source(tr.cfg))
@@ -174,8 +171,8 @@ def test_bad_family_config_names_the_field(tmp_path):
         set_fields(c, over)
         return TrainConfig.from_config(c)
 
-    # rl/family.py raises the leaf module's ConfigValueError (it may not import rl/config.py);
-    # once rl/config.py re-exports that class, both names are one class.
+    # rl/config/family.py raises the leaf module's ConfigValueError (it may not import rl/config/schema.py);
+    # once rl/config/schema.py re-exports that class, both names are one class.
     with pytest.raises(ConfigValueError, match=r"config.loss.name='nope': unknown loss"):
         cfg(**{"loss.name": "nope"})
     with pytest.raises(LossConfigError, match=r"config.loss.params.taux=.*known: \['agg_mode'"):
@@ -193,7 +190,7 @@ def test_bad_family_config_names_the_field(tmp_path):
 
 
 def test_clip_defaults_come_from_the_loss_unless_set(tmp_path):
-    from tseeds_jax.rl.learner import loss_hparams
+    from tseeds_jax.rl.learn.learner import loss_hparams
 
     def hp(**loss):
         c = tiny_cd(tmp_path)
@@ -211,7 +208,7 @@ def test_clip_defaults_come_from_the_loss_unless_set(tmp_path):
 
 
 def test_trace_file_errors_name_file_and_line(tmp_path):
-    from tseeds_jax.rl.offpolicy import JsonlTraces
+    from tseeds_jax.rl.methods.traces import JsonlTraces
 
     enc = lambda text: [ord(ch) % 50 for ch in text]  # noqa: E731
     with pytest.raises(FileNotFoundError, match=r"trace file '.*missing.jsonl' does not exist"):
@@ -256,14 +253,21 @@ def test_packed_samples_roundtrip_exactly():
         rollout.Sample(group=0, prompt_ids=[1, 2], reference={"answer": "3"}, seed_ids=[7, 8, 9],
                        seed_logp=np.zeros(3, np.float32), cont_ids=[], cont_logp=np.zeros(0),
                        finish="length", offpolicy=True),
+        # a partial rollout's sample: per-token versions, carried sampler log-probs, a factor
+        rollout.Sample(group=1, prompt_ids=[3], reference=None, seed_ids=[5, 6],
+                       seed_logp=rng.normal(size=2).astype(np.float32), cont_ids=[7],
+                       cont_logp=rng.normal(size=1).astype(np.float32), finish="stop",
+                       versions=np.array([0, 1, 2], np.int32), adv_factor=0.5,
+                       seed_sampler_logp=np.array([np.nan, -0.25], np.float32)),
     ]
     arrays, meta = rollout.pack_samples(samples)
     back = rollout.unpack_samples(arrays, json.loads(json.dumps(meta)))
     for a, b in zip(samples, back, strict=True):
         for f in ("group", "prompt_ids", "reference", "seed_ids", "cont_ids", "finish", "reward",
-                  "reward_reason", "offpolicy"):
+                  "reward_reason", "offpolicy", "adv_factor"):
             assert getattr(a, f) == getattr(b, f), f
-        for f in ("seed_logp", "cont_logp", "old_logp", "topk_ids", "topk_logp"):
+        for f in ("seed_logp", "cont_logp", "old_logp", "topk_ids", "topk_logp", "versions",
+                  "seed_sampler_logp"):
             x, y = getattr(a, f), getattr(b, f)
             assert (x is None) == (y is None), f
             if x is not None:
@@ -271,9 +275,9 @@ def test_packed_samples_roundtrip_exactly():
 
 
 def test_run_checks_come_from_the_loss_entry():
-    # The checks rl/config.py makes by loss name today, asked of the registry entry instead
-    # (family.check_run); messages as rl/config.py words them.
-    from tseeds_jax.rl import family
+    # The checks rl/config/schema.py makes by loss name today, asked of the registry entry instead
+    # (family.check_run); messages as rl/config/schema.py words them.
+    from tseeds_jax.rl.config import family
 
     def lcfg(name, **params):  # check_run reads a loss section's name and params
         return types.SimpleNamespace(name=name, params=params)

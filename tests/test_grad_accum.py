@@ -1,4 +1,4 @@
-"""`optim.grad_reduce = "update"` (rl/grad_accum.py): per-shard unreduced gradients summed once per
+"""`optim.grad_reduce = "update"` (rl/learn/grad_accum.py): per-shard unreduced gradients summed once per
 update give the same update as reducing every micro-step, and move fewer gradient bytes.
 
 On the 8 emulated CPU devices; the TPU compiler's side is tests/test_grad_accum_tpu.py."""
@@ -13,9 +13,10 @@ from flax import nnx
 
 from tseeds_jax.model import ModelConfig, init_model
 from tseeds_jax.model import sharding as sh
-from tseeds_jax.rl import grad_accum
 from tseeds_jax.rl.config import LossConfig, OptimConfig
-from tseeds_jax.rl.learner import Learner, LearnerBatch
+from tseeds_jax.rl.learn import grad_accum
+from tseeds_jax.rl.learn.batch import LearnerBatch
+from tseeds_jax.rl.learn.learner import Learner
 from tseeds_jax.scale.hlo_cost import hlo_cost
 
 P, R, B, V = 4, 6, 16, 16
@@ -152,7 +153,7 @@ def _collective_bytes(mode, n_micro, rows=32):
     learner, params = _learner(_lcfg("dapo"), mesh, mode, ocfg, rows)
     batch = jax.device_put(_batch(np.random.default_rng(3), rows), learner.batch_sharding)
     state = learner.init_state(params)
-    text = learner._update.lower(state, batch, jax.random.PRNGKey(0), None).compile().as_text()
+    text = learner.update_pass.lower(state, batch, jax.random.PRNGKey(0), None).compile().as_text()
     cost = hlo_cost(text, num_devices=8)
     return {k: cost.collective_bytes.get(k, 0.0) for k in ("all-reduce", "reduce-scatter")}
 

@@ -54,7 +54,7 @@ def _collectives(mode: str) -> dict:
 
 @pytest.mark.manual  # ~40 s of TPU compiles; test_grad_accum.py checks the same on XLA:CPU (CI time)
 def test_update_reduction_moves_the_gradients_once_on_v6e_8x8():
-    from tseeds_jax.rl import learner
+    from tseeds_jax.rl.learn import learner
 
     learner._JITTED.clear()
     micro, n_params = _collectives("micro_batch")

@@ -265,7 +265,7 @@ def _training(ctx: dict, programs: list[tuple[str, str, dict, dict, float]]) -> 
     from tests.trainer_utils import tiny_cd
     from tseeds_jax.rl import setup
     from tseeds_jax.rl.config import TrainConfig
-    from tseeds_jax.rl.runner import make_trainer
+    from tseeds_jax.rl.setup import make_trainer
 
     code_reward = setup.make_reward_fn("code")
     seen: dict[str, list[float]] = {}

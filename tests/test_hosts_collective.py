@@ -7,7 +7,8 @@
 import numpy as np
 import pytest
 
-from tseeds_jax.rl import hosts, rollout
+from tseeds_jax.rl.rollout import samples as rollout
+from tseeds_jax.rl.run import hosts
 
 
 class _Gathered(Exception):

@@ -11,7 +11,8 @@ from flax import nnx
 
 from tseeds_jax.model import ModelConfig, init_model
 from tseeds_jax.rl.config import LossConfig, OptimConfig
-from tseeds_jax.rl.learner import Learner, LearnerBatch
+from tseeds_jax.rl.learn.batch import LearnerBatch
+from tseeds_jax.rl.learn.learner import Learner
 
 P, R, B = 5, 7, 4
 LCFG = LossConfig(name="dapo", clip_low=0.2, clip_high=0.28, clip_c=10.0, agg_mode="token-mean",

@@ -327,12 +327,12 @@ def test_micro_batches_exact_for_every_loss(name):
     # Batch-level selections are computed once over the whole mini-batch (the documented contract).
     if name == "m2po":
         keep_fn = jax.jit(losses.m2po_keep_mask, static_argnums=4)
-        kw["m2po_keep_BT"] = np.asarray(keep_fn(
+        kw["selection_BT"] = np.asarray(keep_fn(
             kw["logp_BT"], kw["old_logp_BT"], np.broadcast_to(kw["advantages"][:, None], m.shape),
             m, hp.tau)[0], np.float32)
     if name == "stare":
         weight_fn = jax.jit(losses.stare_token_weights, static_argnums=3)
-        kw["stare_weight_BT"] = np.asarray(weight_fn(
+        kw["selection_BT"] = np.asarray(weight_fn(
             kw["logp_BT"], np.broadcast_to(kw["advantages"][:, None], m.shape), m, hp,
             entropy_mean=0.0))
 

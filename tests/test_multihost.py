@@ -1,7 +1,7 @@
 """Two processes on localhost (jax.distributed, CPU/gloo) train like one process with the same
 global batch: with a host-local sampler replica, and with the sampler on the learner's parameters
 sharded over both processes (hardware.sampler_placement="sharded"). SIGTERM to one of them stops
-both at the same step, with a checkpoint (rl/preemption.py)."""
+both at the same step, with a checkpoint (rl/run/preemption.py)."""
 
 import json
 import os
@@ -75,7 +75,7 @@ def test_two_processes_match_one_process(tmp_path):
     _assert_same_run(single, multi, "replica, 2 processes")
 
 
-# Partial rollouts (rl/partial.py) with the base run's refresh cycle: each host keeps its share of
+# Partial rollouts (rl/rollout/pool.py) with the base run's refresh cycle: each host keeps its share of
 # every batch's groups in its own pool; the sampler's request indices are global, so the hosts
 # decode what one process decodes. Interruption off: with a host-local sampler each host would
 # stop its interruptible requests when its own last due one ends (one process: the last of all).

@@ -1,6 +1,7 @@
-"""Peer restart methods (rl/restarts.py, issue 38): batch construction and loss on small
-hand-computed cases, with a scripted sampler, reward and statistics pass (no model), and one
-2-step training run per tiny config (slow)."""
+"""Peer restart methods (rl/methods/prefix.py, branch.py; issue 38): batch construction and
+loss on small hand-computed cases, with a scripted sampler, reward and statistics pass (no
+model) driven through the batch-source seam, and one 2-step training run per tiny config
+(slow)."""
 
 import math
 import types
@@ -10,11 +11,18 @@ import pytest
 
 from tests.trainer_utils import set_fields, tiny_cd
 from tseeds_jax.data import hints
-from tseeds_jax.rl import branching, losses, rollout
+from tseeds_jax.rl import losses
 from tseeds_jax.rl.config import ConfigValueError, TrainConfig
-from tseeds_jax.rl.loss_plugins import Plugin, RowStats
-from tseeds_jax.rl.restart_configs import apply_restart
-from tseeds_jax.rl.restarts import restart_plugin
+from tseeds_jax.rl.config.methods import apply_restart
+from tseeds_jax.rl.learn import batch as batch_lib
+from tseeds_jax.rl.learn.hooks import LearnerHooks
+from tseeds_jax.rl.methods import branch as branching
+from tseeds_jax.rl.methods import routes
+from tseeds_jax.rl.methods.base import MethodSource
+from tseeds_jax.rl.rollout import samples as rollout
+from tseeds_jax.rl.rollout.finish import Finish
+from tseeds_jax.rl.rollout.source import Policy, SourceContext
+from tseeds_jax.rl.run.hosts import Hosts
 from tseeds_jax.seeds import prefix_pool
 
 R = 8  # response width of the scripted cases
@@ -50,10 +58,10 @@ def test_pool_keeps_the_first_success_and_cuts_ratio_prefixes():
 
 
 def test_branch_split_anchors_and_fr3e_factor():
-    assert branching.split(8, 0, 2) == (4, 2)
-    assert branching.split(6, 2, 4) == (2, 1)
+    assert branching.branch_split(8, 0, 2) == (4, 2)
+    assert branching.branch_split(6, 2, 4) == (2, 1)
     with pytest.raises(ValueError, match="divisible"):
-        branching.split(8, 3, 2)
+        branching.branch_split(8, 3, 2)
     ent = np.array([[0.1, 0.9, 0.2, 0.0], [0.3, 0.1, 0.8, 0.5]])
     got = branching.anchors([4, 3], ent, 3, 1, np.random.default_rng(0))
     # k = 1: the highest-entropy token of rollouts 0, 1, 0 (anchor a uses rollout a % base)
@@ -62,20 +70,24 @@ def test_branch_split_anchors_and_fr3e_factor():
     np.testing.assert_allclose(f, [[math.exp(-0.75)] * 2, [math.exp(0.25)] * 2], rtol=1e-12)
 
 
-# ---- the plug-in on a scripted trainer ----
+# ---- the methods behind the seam, on a scripted run ----
 class Scripted:
-    """A stand-in for Trainer: scripted responses, reward '8 in the response', and a statistics
-    pass whose entropies and log-probs are given per response row."""
+    """A scripted run: responses in order, reward '8 in the response', and a statistics pass
+    whose entropies and log-probs are given per response row. `source()`: the run's method
+    behind the seam (MethodSource with the collection tail)."""
 
     def __init__(self, cfg, responses, ent_rows=None, logp_rows=None):
         self.cfg, self.calls, self.queue = cfg, [], list(responses)
-        self.hosts = types.SimpleNamespace(single=True)
         prompts = types.SimpleNamespace(take=self._take, encode_text=lambda t: [ord(c) for c in t])
-        self.env = types.SimpleNamespace(
-            prompts=prompts, decode=lambda ids: " ".join(map(str, ids)),
+        stats = types.SimpleNamespace(
+            logp_entropy=self._stats, prompt_width=4, response_width=R, pad_id=0,
+            sequences=lambda samples: rollout.sequences_for_stats(
+                [(x.prompt_ids, x.response_ids) for x in samples], 4, R, 0))
+        env = types.SimpleNamespace(
+            sample_fn=self._sample, prompts=prompts, decode=lambda ids: " ".join(map(str, ids)),
             reward_fn=lambda texts, refs: [(float("8" in t.split()), "r") for t in texts])
-        self.row_stats = RowStats(logp_entropy=self._stats, topk=None, prompt_width=4,
-                                  response_width=R, pad_id=0)
+        self.ctx = SourceContext(cfg, env=env, hosts=Hosts(0, 1), stats=stats,
+                                 hooks=LearnerHooks([], stats))
         self.ent_rows, self.logp_rows, self.taken = ent_rows, logp_rows, 0
 
     def _take(self, n):
@@ -83,12 +95,10 @@ class Scripted:
         self.taken += n
         return out, [CHAIN] * n
 
-    def _sample_fn(self):
-        def fn(params, requests, budgets, seed):
-            self.calls.append((list(map(list, requests)), list(budgets)))
-            out = [self.queue.pop(0)[:b] for b in budgets]
-            return [(t, np.full(len(t), -0.5), "stop") for t in out]
-        return fn
+    def _sample(self, params, requests, budgets, seed):
+        self.calls.append((list(map(list, requests)), list(budgets)))
+        out = [self.queue.pop(0)[:b] for b in budgets]
+        return [(t, np.full(len(t), -0.5), "stop") for t in out]
 
     def _stats(self, params, tokens, attn, r):
         n = len(tokens)
@@ -98,8 +108,10 @@ class Scripted:
         logp[:, : len(self.logp_rows[0])] = self.logp_rows
         return logp, ent
 
-    def _collect(self, sampler_params, step):
-        return "trainer's own step", {}
+    def source(self):
+        method = routes.build_method(self.cfg, self.ctx)
+        src = MethodSource(method, Finish(self.ctx, method))
+        return lambda step: src.next(step, Policy(None, None, step))
 
 
 def _cfg(method, **over):
@@ -108,10 +120,9 @@ def _cfg(method, **over):
     return TrainConfig.from_config(c)
 
 
-def _batch(plugin, samples, cfg):
-    adv = rollout.sample_advantages(samples, norm_by_std=True, max_response_len=R)
-    batch = rollout.build_batch(samples, adv, prompt_width=4, response_width=R)
-    batch = plugin.prepare_batch(None, batch)
+def _batch(samples, cfg):
+    adv = batch_lib.sample_advantages(samples, norm_by_std=True, max_response_len=R)
+    batch = batch_lib.build_batch(samples, adv, prompt_width=4, response_width=R)
     mask = np.asarray(losses.seed_loss_mask(batch.resp_mask_BR, batch.seed_mask_BR,
                                             cfg.seeds.variant))
     return batch, mask
@@ -132,13 +143,12 @@ def test_fr3e_branches_from_the_top_entropy_token_with_trained_prefix_and_value_
     tr = Scripted(cfg, [[1, 2, 3, 9], [4, 8, 9], [8, 9], [8, 9]],
                   ent_rows=[[0.1, 0.9, 0.2, 0.0], [0.3, 0.1, 0.2, 0.0]],
                   logp_rows=[[-0.1, -0.2, -0.3, -0.4], [-1.0, -1.0, -1.0, -1.0]])
-    plugin = restart_plugin(cfg, Plugin)
-    samples, info = plugin.wrap_collect(tr._collect, None)(None, 0)
+    samples, info = tr.source()(0)
     # first pass from the prompt; branches continue [prompt, 1] (cut before the 0.9 token)
     assert tr.calls == [([[10], [10]], [R, R]), ([[10, 1], [10, 1]], [R - 1, R - 1])]
     assert [s.response_ids for s in samples] == [[1, 2, 3, 9], [4, 8, 9], [1, 8, 9], [1, 8, 9]]
     assert [s.group for s in samples] == [0, 0, 0, 0]
-    batch, mask = _batch(plugin, samples, cfg)
+    batch, mask = _batch(samples, cfg)
     np.testing.assert_array_equal(batch.seed_mask_BR[:, :2], [[0, 0], [0, 0], [1, 0], [1, 0]])
     # the prefix token is trained (state+action) and its ratio denominator is the first pass's
     # current-policy log-prob (on-policy): -0.1
@@ -158,18 +168,22 @@ def test_fr3e_branches_from_the_top_entropy_token_with_trained_prefix_and_value_
     np.testing.assert_allclose(loss, -(want @ np.array([4, 3, 3, 3])) / 13, rtol=1e-5)
 
 
-def test_cure_has_no_factor_and_hands_later_steps_to_the_trainer():
+def test_cure_has_no_factor_and_trains_plain_dapo_later():
     cfg = _cfg("cure", **{"rollout.batch_prompts": 1, "restart.branch_points": 1, "steps": 4})
     tr = Scripted(cfg, [[1, 2, 3, 9], [4, 8, 9], [8, 9], [8, 9]],
                   ent_rows=[[0.1, 0.9, 0.2, 0.0], [0.3, 0.1, 0.2, 0.0]],
                   logp_rows=[[-0.1] * 4, [-1.0] * 4])
-    plugin = restart_plugin(cfg, Plugin)
-    step = plugin.wrap_collect(tr._collect, None)
-    samples, _ = step(None, 0)
-    batch, _ = _batch(plugin, samples, cfg)
+    step = tr.source()
+    samples, _ = step(0)
+    batch, _ = _batch(samples, cfg)
     np.testing.assert_allclose(batch.advantages_B, np.array([-1.5, .5, .5, .5]) * 0.5 / (0.5 + 1e-6),
                                rtol=1e-6)
-    assert step(None, 2) == ("trainer's own step", {})  # stage 2 from round(0.5 * 4) = 2 on
+    # stage 2 from round(0.5 * 4) = 2 on: one on-policy call of G samples of a fresh prompt
+    tr.queue = [[8, 9], [1, 9], [8, 9], [8, 9]]
+    samples, info = step(2)
+    assert tr.calls[2:] == [([[11]] * 4, [R] * 4)]
+    assert [s.seed_ids for s in samples] == [[]] * 4 and info.metrics["restart/stage"] == 2.0
+    assert all(s.adv_factor == 1.0 for s in samples)
 
 
 def test_prefixrl_pool_prefix_is_context_only_and_mixed_with_fresh_prompts(tmp_path):
@@ -179,14 +193,13 @@ def test_prefixrl_pool_prefix_is_context_only_and_mixed_with_fresh_prompts(tmp_p
     # pool: prompt 10 -> [3, 9] (0), [8, 5, 9] (1, kept); prompt 11 -> nothing correct
     # step: 1 pool group (prefix round(0.5 * 3) = 2 tokens [8, 5]) + 1 fresh prompt (12)
     tr = Scripted(cfg, [[3, 9], [8, 5, 9], [1, 9], [2, 9], [9], [7, 9], [8, 9], [1, 9]])
-    plugin = restart_plugin(cfg, Plugin)
-    samples, info = plugin.wrap_collect(tr._collect, None)(None, 0)
+    samples, info = tr.source()(0)
     assert tr.calls[0] == ([[10], [10], [11], [11]], [R] * 4)
     assert tr.calls[1] == ([[10, 8, 5], [10, 8, 5], [12], [12]], [R - 2, R - 2, R, R])
-    assert info["behavior_tokens"] == 2 + 3 + 2 + 2  # the pool's sampling counts in the step
+    assert info.behavior_tokens == 2 + 3 + 2 + 2  # the pool's sampling counts in the step
     assert prefix_pool.load(str(tmp_path))[0] == [
         {"prompt_ids": [10], "reference": CHAIN, "trace": [8, 5, 9]}]
-    batch, mask = _batch(plugin, samples, cfg)
+    batch, mask = _batch(samples, cfg)
     np.testing.assert_array_equal(batch.seed_mask_BR[:, :3], [[1, 1, 0], [1, 1, 0], [0, 0, 0],
                                                               [0, 0, 0]])
     # state variant: the prefix is not trained; rows 0-1 train 1 and 2 continuation tokens
@@ -198,9 +211,8 @@ def test_prefixrl_pool_prefix_is_context_only_and_mixed_with_fresh_prompts(tmp_p
     logp = np.full((4, R), -0.3, np.float32)
     np.testing.assert_allclose(_dapo_loss(batch, mask, logp), -(a * 2 - a * 2) / 7, atol=1e-7)
     # a resumed run reads the pool instead of sampling again
-    again = restart_plugin(cfg, Plugin)
     tr2 = Scripted(cfg, [[9], [9], [9], [9]])
-    again.wrap_collect(tr2._collect, None)(None, 3)
+    tr2.source()(3)
     assert len(tr2.calls) == 1 and tr2.calls[0][0][0] == [10, 8, 5]
 
 
@@ -208,9 +220,9 @@ def test_questa_hint_is_the_reference_head_and_context_only():
     cfg = _cfg("questa", **{"rollout.batch_prompts": 1, "rollout.group_size": 2, "steps": 4,
                             "rollout.max_response_len": 12})
     tr = Scripted(cfg, [[1], [2], [1], [2]])
-    step = restart_plugin(cfg, Plugin).wrap_collect(tr._collect, None)
-    step(None, 0)
-    step(None, 2)
+    step = tr.source()
+    step(0)
+    step(2)
     enc = [ord(c) for c in "1+2=3 3+3=6 #6"]
     assert tr.calls[0] == ([[10] + enc[:7]] * 2, [12 - 7] * 2)  # 50% of 14 tokens
     assert tr.calls[1] == ([[11] + enc[:3]] * 2, [12 - 3] * 2)  # 25% from step 2 on
@@ -223,7 +235,8 @@ def test_bad_restart_config_names_the_field():
         _cfg("prefixrl", **{"seeds.variant": "state+action"})
     with pytest.raises(ConfigValueError, match="restart.branch_points=3"):
         _cfg("fr3e", **{"restart.branch_points": 3})
-    with pytest.raises(ConfigValueError, match="seeds.refresh_interval=1"):
+    with pytest.raises(ConfigValueError, match="restart.method='cure' with "
+                                               "config.seeds.refresh_interval=4"):
         _cfg("cure", **{"seeds.refresh_interval": 4})
 
 
@@ -232,7 +245,7 @@ def test_bad_restart_config_names_the_field():
 @pytest.mark.parametrize("method", ["prefixrl", "questa", "fr3e", "cure"])
 def test_tiny_config_trains_two_steps(tmp_path, method):
     from tests.trainer_utils import parity_reward
-    from tseeds_jax.rl.runner import make_trainer
+    from tseeds_jax.rl.setup import make_trainer
 
     c = apply_restart(tiny_cd(tmp_path), method)
     c.run_dir, c.steps, c.restart.pool_prompts = str(tmp_path), 2, 4

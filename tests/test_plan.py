@@ -142,7 +142,7 @@ def _term(p, name, phase=None):
 
 
 def test_stats_rows_follow_the_trainers_micro_batches():
-    # Refresh of T=8: the statistics pass sees 7 batches x 16 sequences; Trainer._stats runs
+    # Refresh of T=8: the statistics pass sees 7 batches x 16 sequences; rl/learn/row_pass.py runs
     # micro_batch_size rows per forward (all of them when 0).
     seeded = dict(refresh_interval=8)
     whole = plan.estimate(_workload(**seeded))
@@ -155,7 +155,7 @@ def test_stats_rows_follow_the_trainers_micro_batches():
     sh4 = plan.estimate(_workload(micro_batch_size=2, mesh=(1, 4, 1), sampler_placement="sharded",
                                   **seeded))
     assert _term(sh4, "forward of the batch").note.startswith("1 sequences per device")
-    # The rl/loss_plugins.py passes (old log-probs recompute, stale, SIS top-K) go through the same
+    # The rl/learn/hooks.py passes (old log-probs recompute, stale, SIS top-K) go through the same
     # chunked passes: micro_batch_size rows per forward, the whole batch only when it is 0.
     plug = plan.estimate(_workload(micro_batch_size=4, plugin_stats=True))
     assert _term(plug, "forward of the batch").note.startswith("4 sequences")
@@ -188,7 +188,7 @@ def test_sampler_placements():
     dflt = plan.estimate(w.replace(sampler_slots=0))
     assert _term(dflt, "KV cache").note.startswith("64 slots")  # pow2(3 x 16)
     # Multi-host sharded sampling: data x fsdp must be a multiple of the host count
-    # (rl/hosts.py check_sampler_placement); the plan warns otherwise.
+    # (rl/run/hosts.py check_sampler_placement); the plan warns otherwise.
     multi = plan.estimate(w.replace(sampler_placement="sharded", devices_per_host=2))
     assert not multi.warnings  # 4 batch shards on 2 hosts
     odd = plan.estimate(w.replace(sampler_placement="sharded", mesh=(1, 2, 2),
@@ -282,7 +282,7 @@ def test_tpu_learner_model_only_for_tpu_targets():
 ])
 def test_stats_chunk_rows_is_the_trainers_chunking(rows, micro, shards, want):
     """One implementation (rl/trainer.py) serves the trainer, `tseeds compile` and the planner."""
-    from tseeds_jax.rl.trainer import stats_chunk_rows
+    from tseeds_jax.rl.learn.row_pass import stats_chunk_rows
     from tseeds_jax.scale import compile_programs, plan_sampler
 
     assert stats_chunk_rows(rows, micro, shards) == want

@@ -1,7 +1,7 @@
 """The planner's learner-step and sharded-sampler estimates against XLA's compiled memory analysis.
 
 Compared quantity: XLA's footprint of the learner's jitted update = argument + output - alias +
-temp bytes of `learner._update.lower(...).compile().memory_analysis()` (train state and batch in,
+temp bytes of `learner.update_pass.lower(...).compile().memory_analysis()` (train state and batch in,
 the new train state written into the donated inputs -- counted once -- plus the temporary heap),
 against the planner's resident (params + AdamW moments) + learner-step terms for the same shapes.
 `peak_memory_in_bytes` is not used (not reliable on CPU).

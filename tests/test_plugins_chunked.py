@@ -1,4 +1,4 @@
-"""The loss-family hooks' statistics passes (rl/loss_plugins.py) run in the trainer's row chunks
+"""The learner hooks' statistics passes (rl/learn/hooks.py) run in the trainer's row chunks
 (`optim.micro_batch_size` rows per forward) and give the whole-batch values: old log-probs of the
 recompute pass (ctpo / sis), SIS top-K (sis, sis_seeds at refresh time), M2PO's generation-time
 log-probs of stale samples (m2po).
@@ -10,11 +10,13 @@ import numpy as np
 import pytest
 
 from tests.trainer_utils import parity_reward, set_fields, tiny_cd
-from tseeds_jax.rl import hosts, rollout
 from tseeds_jax.rl.config import TrainConfig
-from tseeds_jax.rl.family_configs import apply_method
-from tseeds_jax.rl.loss_plugins import TopKProposal
-from tseeds_jax.rl.runner import make_trainer
+from tseeds_jax.rl.config.methods import apply_method
+from tseeds_jax.rl.learn import batch as batch_lib
+from tseeds_jax.rl.learn.hooks import TopKProposal
+from tseeds_jax.rl.rollout import samples as rollout
+from tseeds_jax.rl.run import hosts
+from tseeds_jax.rl.setup import make_trainer
 
 ATOL = 1e-5  # float32 log-probs of a tiny model
 
@@ -43,7 +45,7 @@ def _samples(n, seed, r):
 def _spy_rows(tr, monkeypatch):
     """Rows of every forward of the learner's jitted statistics / top-K functions."""
     rows = []
-    for name in ("_stats", "_topk"):
+    for name in ("stats_pass", "topk_pass"):
         real = getattr(tr.learner, name)
 
         def spy(params, tokens, *rest, _real=real):
@@ -68,13 +70,13 @@ def test_prepare_batch_recompute_matches_whole_batch(tmp_path, monkeypatch, meth
     assert tr.learner.needs_old_logp  # mini-batched: pi_old is recomputed
     r, k = tr.cfg.rollout.max_response_len, tr.learner.proposal_top_k
     samples = _samples(8, seed=1, r=r)
-    batch = rollout.build_batch(samples, np.zeros(8), prompt_width=tr._prompt_width(),
+    batch = batch_lib.build_batch(samples, np.zeros(8), prompt_width=tr.cfg.data.max_prompt_len,
                                 response_width=r, top_k=k)
     params = _params(tr)
     want_logp = tr.learner.stats(params, batch.tokens_BT, batch.attn_mask_BT, r)[0]
     want = tr.learner.topk(params, batch.tokens_BT, batch.attn_mask_BT, r) if k else None
     rows = _spy_rows(tr, monkeypatch)
-    got = tr.plugins.prepare_batch(params, batch)
+    got = tr.hooks.prepare_batch(params, batch)
     chunk = 4 if placement == "sharded" else 2
     assert rows and set(rows) == {chunk}
     np.testing.assert_allclose(got.old_logp_BR, want_logp, rtol=0, atol=ATOL)
@@ -91,16 +93,16 @@ def test_annotate_stale_samples_matches_whole_batch(tmp_path, monkeypatch):
     r = tr.cfg.rollout.max_response_len
     samples = _samples(5, seed=2, r=r)  # 5 rows: the last chunk is padded
     tokens, attn = rollout.sequences_for_stats([(s.prompt_ids, s.response_ids) for s in samples],
-                                               tr._prompt_width(), r)
+                                               tr.cfg.data.max_prompt_len, r)
     params = _params(tr)
     want = tr.learner.stats(params, tokens, attn, r)[0]
     rows = _spy_rows(tr, monkeypatch)
-    tr.plugins.annotate(params, samples)
+    tr.hooks.annotate(params, samples)
     assert rows == [2, 2, 2]
     for i, s in enumerate(samples):
         np.testing.assert_allclose(s.old_logp, want[i, : len(s.response_ids)], rtol=0, atol=ATOL)
     rows.clear()
-    tr.plugins.annotate(params, [])  # nothing to do, no forward
+    tr.hooks.annotate(params, [])  # nothing to do, no forward
     assert rows == []
 
 
@@ -109,14 +111,14 @@ def test_seed_topk_at_refresh_matches_whole_batch(tmp_path, monkeypatch):
     r, k = tr.cfg.rollout.max_response_len, tr.learner.proposal_top_k
     samples = _samples(6, seed=3, r=r)
     tokens, attn = rollout.sequences_for_stats([(s.prompt_ids, s.response_ids) for s in samples],
-                                               tr._prompt_width(), r)
+                                               tr.cfg.data.max_prompt_len, r)
     lengths = np.array([min(len(s.response_ids), h) for s, h in zip(samples, [0, 3, 5, 1, 7, 2])])
     params = _params(tr)
     want_ids, want_lp = tr.learner.topk(params, tokens, attn, r)
     rows = _spy_rows(tr, monkeypatch)
-    tr.plugins.after_seed_batch(1, params, tokens, attn, lengths)
+    tr.hooks.after_seed_batch(1, params, tokens, attn, lengths)
     assert rows == [2, 2, 2]
-    got = tr.plugins.of(TopKProposal).seed_topk[1]
+    got = tr.hooks.of(TopKProposal).seed_topk[1]
     for i, h in enumerate(lengths.tolist()):
         assert got[i][0].shape == (h, k)
         np.testing.assert_array_equal(got[i][0], want_ids[i, :h])

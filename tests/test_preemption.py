@@ -14,10 +14,10 @@ import numpy as np
 import pytest
 
 from tseeds_jax import checkpoint
-from tseeds_jax.rl import preemption
-from tseeds_jax.rl.hosts import Hosts
-from tseeds_jax.rl.metrics import MetricsWriter
-from tseeds_jax.rl.state_io import CheckpointError, RunCheckpointer
+from tseeds_jax.rl.run import preemption
+from tseeds_jax.rl.run.hosts import Hosts
+from tseeds_jax.rl.run.metrics import MetricsWriter
+from tseeds_jax.rl.run.state_io import CheckpointError, RunCheckpointer
 from tseeds_jax.seeds import SeedCache
 
 

@@ -6,7 +6,7 @@ Whether a final save fits depends on when the notice lands against the write in 
 measured save time vs the window left), so both outcomes are accepted, each with its own check:
 a save that does not fit is not started (the write in flight commits, at most N steps are lost);
 one that fits commits the step the run stopped at (nothing lost). Either way every process stops
-(exit 75) before the SIGKILL and reports the step it resumes from (rl/preemption.py, docs/tpu.md)."""
+(exit 75) before the SIGKILL and reports the step it resumes from (rl/run/preemption.py, docs/tpu.md)."""
 
 import re
 import signal

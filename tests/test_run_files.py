@@ -9,8 +9,8 @@ import os
 
 from test_readme_claims import read_scalars
 
-from tseeds_jax.rl import run_files
-from tseeds_jax.rl.metrics import MetricsWriter, read_metrics
+from tseeds_jax.rl.run import run_files
+from tseeds_jax.rl.run.metrics import MetricsWriter, read_metrics
 
 
 def _tb_steps(tb_dir, tag):

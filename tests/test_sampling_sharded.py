@@ -163,8 +163,8 @@ def test_trainer_sharded_sampler_matches_replica(tmp_path, monkeypatch):
 
 def test_sampler_placement_is_validated():
     from tests.trainer_utils import tiny_cd
-    from tseeds_jax.rl import hosts
     from tseeds_jax.rl.config import ConfigValueError, TrainConfig
+    from tseeds_jax.rl.run import hosts
 
     with pytest.raises(ConfigValueError, match=r"hardware\.sampler_placement='gathered'"):
         TrainConfig.from_config(tiny_cd("unused", **{"hardware.sampler_placement": "gathered"}))

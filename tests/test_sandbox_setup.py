@@ -212,7 +212,7 @@ def test_training_on_code_rewards_stops_when_the_sandbox_cannot_run(tmp_path, fr
     from tests.trainer_utils import tiny_cd
     from tseeds_jax.rewards import sandbox
     from tseeds_jax.rl.config import TrainConfig
-    from tseeds_jax.rl.runner import make_trainer
+    from tseeds_jax.rl.setup import make_trainer
 
     seen = []
 

@@ -58,7 +58,7 @@ def test_adaptive_seeds_in_both_loss_variants(tmp_path):
         if variant == "state+action":
             for m in with_seeds:  # seed tokens keep pi_b's log-probs: ratios moved off 1
                 assert abs(float(m["ratio_mean/seed"]) - 1.0) > 1e-6
-        assert len(tr.cache.tracker.p) == 6  # 3 batches x 2 prompts, each seen once
+        assert len(tr.source.seed_cache().tracker.p) == 6  # 3 batches x 2 prompts, each seen once
 
 
 def test_adaptive_resume_is_bitwise_including_the_selector_state(tmp_path):
@@ -69,13 +69,13 @@ def test_adaptive_resume_is_bitwise_including_the_selector_state(tmp_path):
     part.run(steps=4)  # mid-cycle; the refresh at step 6 depends on the state carried over
     resumed = tiny_trainer(tmp_path / "part", checkpoints=True, **over)
     assert resumed.restore() and resumed.step == 4
-    assert _tracker_equal(resumed.cache.tracker, part.cache.tracker)
+    assert _tracker_equal(resumed.source.seed_cache().tracker, part.source.seed_cache().tracker)
     h_rest = resumed.run()
     for a, b in zip(h_full[4:], h_rest, strict=True):
         for k in SCALARS:
             if k in a or k in b:
                 np.testing.assert_array_equal(a[k], b[k], err_msg=k)
         assert a.get("calib/n") == b.get("calib/n")
-    assert _tracker_equal(full.cache.tracker, resumed.cache.tracker)
-    assert full.cache.tracker.weight > 0  # the calibration did see continuations
+    assert _tracker_equal(full.source.seed_cache().tracker, resumed.source.seed_cache().tracker)
+    assert full.source.seed_cache().tracker.weight > 0  # the calibration did see continuations
     assert _same_params(full.state.params, resumed.state.params)

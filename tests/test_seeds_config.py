@@ -81,7 +81,7 @@ def test_invalid_config_values_name_the_field(tmp_path, field, value, match):
 
 
 def test_batch_not_divisible_by_the_mesh_fails_before_any_work(tmp_path):
-    from tseeds_jax.rl.runner import make_trainer
+    from tseeds_jax.rl.setup import make_trainer
 
     cfg = TrainConfig.from_config(tiny_cd(tmp_path / "run", **{
         "mesh.data": 1, "mesh.fsdp": 8, "rollout.batch_prompts": 1, "rollout.group_size": 6}))

@@ -9,8 +9,8 @@ from statistics import NormalDist
 import numpy as np
 import pytest
 
-from tseeds_jax.rl import length_distribution as ld
-from tseeds_jax.rl.errors import ConfigValueError
+from tseeds_jax.rl.config import lengths as ld
+from tseeds_jax.rl.config.errors import ConfigValueError
 from tseeds_jax.scale import step_model as sm
 
 

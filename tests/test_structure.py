@@ -1,5 +1,7 @@
 """Package structure: no import circle among tseeds_jax modules or subpackages, no module over
-600 lines.
+600 lines; rl/ in role folders (issue 44): at most 6 modules at its top, trainer.py at most 300
+lines, no module over 500 lines, no import of another module's private name and no reach into
+another object's private attributes (`__self__` included).
 
 The import graph is read from the source with `ast` (nothing is imported): every `import` and
 `from ... import` anywhere in a module, module level and inside functions alike, except under
@@ -165,8 +167,10 @@ def test_graph_reader_finds_known_edges():
     g = import_graph()
     assert "tseeds_jax.rl.losses.base" in g["tseeds_jax.rl.losses.stare"]
     assert "tseeds_jax.kernels.api" in g["tseeds_jax.kernels"]
-    # `from tseeds_jax.rl import family` (learner.py): the submodule and the package it reads.
-    assert {"tseeds_jax.rl.family", "tseeds_jax.rl"} <= g["tseeds_jax.rl.learner"]
+    # `from tseeds_jax.rl.learn import grad_accum` (learner.py): the submodule and the package
+    # it reads.
+    assert {"tseeds_jax.rl.learn.grad_accum", "tseeds_jax.rl.learn"} <= \
+        g["tseeds_jax.rl.learn.learner"]
     # a function-level import (data/sources.py loads reasoning_gym_tasks on first use)
     assert "tseeds_jax.data.reasoning_gym_tasks" in g["tseeds_jax.data.sources"]
     files = _module_files()
@@ -191,3 +195,45 @@ def test_no_module_over_600_lines():
     long = {m: n for m, p in _module_files().items()
             if (n := len(p.read_text().splitlines())) > MAX_LINES}
     assert not long, f"modules over {MAX_LINES} lines: {long}"
+
+
+RL = ROOT / PKG / "rl"
+
+
+def test_rl_is_in_role_folders_with_a_short_trainer():
+    top = sorted(p.name for p in RL.glob("*.py"))
+    assert len(top) <= 6, f"modules at the top of rl/: {top}"
+    assert len((RL / "trainer.py").read_text().splitlines()) <= 300
+    long = {str(p.relative_to(RL)): n for p in RL.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 500}
+    assert not long, f"modules in rl/ over 500 lines: {long}"
+
+
+def _private_uses(path: Path):
+    """(line, what) of imports of private names of tseeds_jax modules, and of attribute reads
+    `x._name` / `x.__self__` on anything but self / cls, in one file."""
+    tree = ast.parse(path.read_text(), str(path))
+    out = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(PKG):
+            out += [(node.lineno, f"from {node.module} import {a.name}") for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")]
+        elif isinstance(node, ast.Attribute):
+            private = node.attr.startswith("_") and not node.attr.startswith("__")
+            if (private or node.attr == "__self__") and not (
+                    isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")):
+                out.append((node.lineno, ast.unparse(node)))
+    return out
+
+
+def test_private_uses_reader_finds_them(tmp_path):
+    f = tmp_path / "m.py"
+    f.write_text("from tseeds_jax.rl.x import _y, z\nself._ok = t._bad\nc = collect.__self__\n")
+    assert [w for _, w in _private_uses(f)] == ["from tseeds_jax.rl.x import _y", "t._bad",
+                                                "collect.__self__"]
+
+
+def test_rl_reaches_into_no_private_name():
+    found = {f"{p.relative_to(ROOT)}:{line}": what for p in sorted(RL.rglob("*.py"))
+             for line, what in _private_uses(p)}
+    assert not found, f"private names used across modules or objects: {found}"

@@ -1,4 +1,4 @@
-"""Rollout correction "tis" (truncated importance sampling, rl/rollout_correction.py): the weights
+"""Rollout correction "tis" (truncated importance sampling, rl/learn/correction.py): the weights
 against a hand-computed case, the clipped loss and its gradient against the float64 reference of
 test_losses_ref.py with the weights multiplied in, the config's refusal for losses without a
 per-token weight, and a trainer run with partial rollouts."""
@@ -10,8 +10,9 @@ import pytest
 from test_losses_ref import MODES, make_batch, ref_agg, ref_agg_weights, ref_vanilla_tokens
 
 from tests.trainer_utils import tiny_cd, tiny_trainer
-from tseeds_jax.rl import losses, rollout_correction
+from tseeds_jax.rl import losses
 from tseeds_jax.rl.config import ConfigValueError, TrainConfig
+from tseeds_jax.rl.learn import correction as rollout_correction
 
 TIGHT = dict(rtol=1e-10, atol=1e-12)
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tseeds_jax.rl.config import TrainConfig, tiny_config
-from tseeds_jax.rl.runner import make_trainer
+from tseeds_jax.rl.setup import make_trainer
 
 
 def parity_reward(texts, refs):

@@ -159,7 +159,8 @@ def compiled_learner_memory(case: dict[str, Any]) -> dict[str, int]:
     from flax import nnx
 
     from tseeds_jax.model import init_model
-    from tseeds_jax.rl.learner import Learner, LearnerBatch
+    from tseeds_jax.rl.learn.batch import LearnerBatch
+    from tseeds_jax.rl.learn.learner import Learner
 
     mcfg, ocfg, lcfg, b, p, r, impl = case_parts(case)
     graphdef, params = nnx.split(nnx.eval_shape(lambda: init_model(mcfg, 0)))
@@ -173,7 +174,7 @@ def compiled_learner_memory(case: dict[str, Any]) -> dict[str, int]:
                          sampler_logp_BR=f32(b, r), old_logp_BR=f32(b, r), ref_logp_BR=f32(b, r),
                          advantages_B=f32(b))
     rng = jax.eval_shape(lambda: jax.random.PRNGKey(0))
-    m = learner._update.lower(state, batch, rng, learner.initial_controller_state()).compile() \
+    m = learner.update_pass.lower(state, batch, rng, learner.initial_controller_state()).compile() \
         .memory_analysis()
     return _memory_dict(m)
 

@@ -215,7 +215,7 @@ recover() {
   setup_and_launch
 }
 
-# `tseeds train` exit codes that mean "stopped early, resume me" (rl/preemption.py): 75 it
+# `tseeds train` exit codes that mean "stopped early, resume me" (rl/run/preemption.py): 75 it
 # checkpointed on SIGTERM or a preemption notice; 143 / 137 (128 + TERM / KILL) it was killed
 # before its handler ran (during start-up) or without notice, and resumes from its last checkpoint;
 # a 137 that the worker recorded as the OOM killer's is not relaunched (training_status).

@@ -208,7 +208,7 @@ oom_killed() {
   grep -Eq "(Killed process ${pid}[^0-9]|oom-kill:.*[,:]pid=${pid}[^0-9])" <<<"$text"
 }
 
-# Why `tseeds train` (pid $2) exited with code $1, in one word (rl/preemption.py's exit codes):
+# Why `tseeds train` (pid $2) exited with code $1, in one word (rl/run/preemption.py's exit codes):
 # finished, preempted (75: checkpointed on SIGTERM / a notice), interrupted (130: Ctrl-C),
 # terminated (143: TERM before its handler ran), oom-killer or killed (137: SIGKILL), error.
 exit_reason() {

@@ -105,7 +105,7 @@ def _unsavable(restored, target):
 
 ASYNC_TIMEOUT_S = 4 * 3600  # the longest an asynchronous write may take
 # Callables run, with a label, at two moments of every checkpoint write: "seed-cache-written
-# step=N" (rl/state_io.py, before Orbax starts) and "orbax-uncommitted DIR" (every item written,
+# step=N" (rl/run/state_io.py, before Orbax starts) and "orbax-uncommitted DIR" (every item written,
 # not yet committed; in Orbax's background thread when saves are asynchronous). Empty in a run;
 # tests add some (tests/checkpoint_hooks.py) to kill a process in the middle of a write or to
 # slow the filesystem, as benchmarks/bench_checkpoint.py does to stand in for a slow bucket.

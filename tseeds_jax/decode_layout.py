@@ -193,7 +193,7 @@ def decide_for(cfg, *, sampler_dtype: str, chip, devices: int, per_host: int, re
 
 def decode_requests(batch_prompts: int, group_size: int, refresh_interval: int) -> int:
     """Sequences of the run's largest sampler call: a refresh samples the T-1 seeded batches at
-    once (trainer._refresh), else a step's rows."""
+    once (ThinkingSeeds._refresh (rl/methods/seeds.py)), else a step's rows."""
     return batch_prompts * group_size * max(refresh_interval - 1, 1)
 
 

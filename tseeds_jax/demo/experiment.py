@@ -60,7 +60,7 @@ def default_methods() -> list[Method]:
 
 def restart_methods() -> list[Method]:
     """The peer restart methods (docs/restart_methods.md), on request (`--methods`)."""
-    from tseeds_jax.rl.restart_configs import overrides
+    from tseeds_jax.rl.config.methods import overrides
 
     labels = {"prefixrl": "PrefixRL (pool prefixes, half the groups)",
               "questa": "QuestA (hints 50% -> 25%)",
@@ -249,14 +249,14 @@ def train_tokenizer(dc: DemoConfig):
 
 def save_base(dc: DemoConfig, tok_path: str, params) -> str:
     """Writes the base policy as a run folder (step-0 checkpoint with its config)."""
-    from tseeds_jax.rl.runner import make_trainer
+    from tseeds_jax.rl.setup import make_trainer
 
     run_dir = os.path.join(dc.out, "base")
     cfg, cd = rl_config(dc, tok_path, run_dir, 0, default_methods()[0])
     trainer = make_trainer(cfg, config_json=json.loads(cd.to_json_best_effort()),
                            env_overrides={"params": jax.tree_util.tree_map(lambda x: x.copy(),
                                                                            params)})
-    trainer._save()
+    trainer.save()
     trainer.writer.close()
     return run_dir
 
@@ -289,8 +289,7 @@ def run_identity(dc: DemoConfig, method: Method, base_avg: float) -> dict:
 def run_one(dc: DemoConfig, tok_path: str, base_params, method: Method, seed: int,
             evaluator: Evaluator, bar=None, identity: dict | None = None) -> dict[str, Any]:
     """One RL run from the base policy; writes its folder and returns its final evaluation."""
-    from tseeds_jax.rl.runner import make_trainer
-    from tseeds_jax.rl.setup import PromptStream
+    from tseeds_jax.rl.setup import PromptStream, make_trainer
 
     run_dir = os.path.join(dc.out, "runs", method.name, f"seed{seed}")
     cfg, cd = rl_config(dc, tok_path, run_dir, seed, method)

@@ -1,9 +1,11 @@
-"""Builds a `TrainEnv` from a `TrainConfig`: tokenizer, prompt stream, model, sampler, rewards."""
+"""Assembles a run from a validated `TrainConfig`: the env (tokenizer, prompt stream, model, sampler,
+rewards), the mesh, the checkpointer and the `Trainer` (`make_trainer`)."""
 
 from __future__ import annotations
 
 import dataclasses
 import logging
+import math
 import os
 from typing import Any
 
@@ -11,11 +13,15 @@ import jax
 import numpy as np
 from flax import nnx
 
+import tseeds_jax.rl.config.compat as compat
 from tseeds_jax.data.loader import ExampleLoader
-from tseeds_jax.model import ModelConfig, init_model
-from tseeds_jax.rl import run_files
-from tseeds_jax.rl.config import ConfigValueError, TrainConfig
-from tseeds_jax.rl.trainer import TrainEnv
+from tseeds_jax.model import ModelConfig, init_model, sharding
+from tseeds_jax.rl.config.errors import ConfigValueError
+from tseeds_jax.rl.config.schema import TrainConfig
+from tseeds_jax.rl.rollout import streams
+from tseeds_jax.rl.run import run_files
+from tseeds_jax.rl.run.state_io import RunCheckpointer
+from tseeds_jax.rl.trainer import TrainEnv, Trainer
 
 log = logging.getLogger(__name__)
 
@@ -24,14 +30,14 @@ class PromptStream:
     """The trainer's prompts: `take(n)` encodes the next n prompts of a `data.ExampleLoader`.
 
     The stream is global: every host draws the same batches (the trainer keeps its own slice,
-    `Trainer._local`), so the loader runs as one process. The order is reshuffled every epoch from
+    `SourceContext.local`), so the loader runs as one process. The order is reshuffled every epoch from
     `seed`; `get_state()` / `set_state()` resume it exactly. Over-long prompts are skipped (and
     counted) so that every drawn prompt fits the prompt width.
     """
 
     def __init__(self, source, encode, max_prompt_len: int, *, seed: int, encode_text=None):
         """encode: a prompt (template applied) -> ids; encode_text: plain text -> ids (QuestA's
-        hints, rl/restarts.py; None: `encode`)."""
+        hints, rl/methods/prefix.py; None: `encode`)."""
         self.encode, self.max_len = encode, max_prompt_len
         self.encode_text = encode_text or encode
         # Its own random stream: the loader's [seed, epoch] would reuse streams drawn from [seed, k].
@@ -189,7 +195,7 @@ def make_sample_fn(cfg: TrainConfig, graphdef, stop_tokens, max_prefill: int, mo
         index = range(where, where + len(requests)) if isinstance(where, int) else where
         if len(index) != len(requests):
             raise ValueError(f"sample_fn: {len(index)} request indices for {len(requests)} requests")
-        seeds = [int(np.random.SeedSequence([stream, i]).generate_state(1)[0]) for i in index]
+        seeds = [streams.request_seed(stream, i) for i in index]
         slots = cfg.hardware.sampler_slots or None
         if sync is not None:
             params = sync(params)
@@ -267,8 +273,8 @@ def build_env(cfg: TrainConfig, *, checkpointer=None) -> tuple[TrainEnv, Any]:
                    decode=lambda ids: tok.decode(ids, skip_special_tokens=True),
                    prompts=stream, pad_id=int(tok.pad_id), checkpointer=checkpointer,
                    ref_params=params if cfg.loss.kl_coef else None)
-    if cfg.offpolicy.source:  # LUFFY traces; errors name the file / field (rl/offpolicy.py)
-        from tseeds_jax.rl.offpolicy import build_trace_source
+    if cfg.offpolicy.source:  # LUFFY traces; errors name the file / field (rl/methods/traces.py)
+        from tseeds_jax.rl.methods.traces import build_trace_source
 
         env.offpolicy = build_trace_source(cfg, tok, encode_prompt=stream.encode,
                                            build_model=build_model, load_run=load_run,
@@ -320,3 +326,49 @@ def _fill(template, raw):
         out.append(jax.numpy.asarray(r, dtype=t.dtype))
     return jax.tree_util.tree_unflatten(treedef, out)
 
+
+def build_mesh(cfg: TrainConfig):
+    """The training mesh over all devices; checks the batch against the mesh before any work."""
+    try:
+        mesh = sharding.make_mesh(cfg.mesh)
+    except ValueError as e:
+        raise ConfigValueError(f"config.mesh={cfg.mesh}: {e}") from None
+    rows = cfg.rollout.batch_prompts * cfg.rollout.group_size
+    split = mesh.shape["data"] * mesh.shape["fsdp"]
+    if rows % split:
+        raise ConfigValueError(
+            f"config.rollout.batch_prompts={cfg.rollout.batch_prompts} x group_size="
+            f"{cfg.rollout.group_size} = {rows} sequences is not divisible by the mesh's batch "
+            f"axes data x fsdp = {split} (config.mesh={cfg.mesh})")
+    if cfg.rollout.batch_prompts % jax.process_count():
+        raise ConfigValueError(
+            f"config.rollout.batch_prompts={cfg.rollout.batch_prompts} is not divisible by the "
+            f"{jax.process_count()} processes")
+    return mesh
+
+
+def make_trainer(cfg: TrainConfig, *, config_json: dict | None = None, checkpoints: bool = True,
+                 env_overrides: dict | None = None, lag: int | None = None) -> Trainer:
+    """A ready-to-run `Trainer`. lag: M2PO's lag machinery with this many steps instead of
+    `stale.steps` (tests run it with lag 0)."""
+    compat.check(cfg, hosts=jax.process_count())  # the combination table, with the hosts
+    mesh = build_mesh(cfg)
+    env, _ = build_env(cfg)
+    if checkpoints:
+        env.checkpointer = RunCheckpointer(cfg.run_dir, keep_last=cfg.keep_checkpoints,
+                                           response_width=cfg.rollout.max_response_len,
+                                           snapshots=cfg.seeds.snapshots,
+                                           config_json=config_json or dataclasses.asdict(cfg))
+    for k, v in (env_overrides or {}).items():
+        setattr(env, k, v)
+    several = math.prod(mesh.devices.shape) > 1
+    if several:
+        env.params = jax.device_put(env.params, sharding.param_shardings(env.params, mesh))
+    trainer = Trainer(cfg, env, mesh=mesh if several else None, lag=lag)
+    if several:
+        # Optimizer moments follow their parameters; counters are replicated. Placing the whole
+        # state (not only params) makes restored checkpoints land on the same layout.
+        trainer.state = jax.device_put(trainer.state,
+                                       sharding.param_shardings(trainer.state, mesh))
+    trainer.update.mesh = mesh  # a global batch of every host's rows needs it
+    return trainer

@@ -89,9 +89,9 @@ def main(argv: list[str]) -> int:
     except (ConfigValueError, ValueError, TypeError) as e:
         print(f"tseeds train: invalid config: {e}", file=sys.stderr)
         return 2
-    from tseeds_jax.rl.preemption import Preempted
-    from tseeds_jax.rl.runner import make_trainer
-    from tseeds_jax.rl.state_io import CheckpointError
+    from tseeds_jax.rl.run.preemption import Preempted
+    from tseeds_jax.rl.run.state_io import CheckpointError
+    from tseeds_jax.rl.setup import make_trainer
 
     trainer = make_trainer(cfg, config_json=json.loads(cd.to_json_best_effort()))
     if fv.compiled:

@@ -62,6 +62,15 @@ _SPLITS: collections.OrderedDict = collections.OrderedDict()
 _SPLITS_MAX = 16
 
 
+MAX_DEFAULT_SLOTS = 256
+
+
+def default_slots(n_requests: int) -> int:
+    """Decode slots of a call without `num_slots`: the next power of two >= the requests, at
+    most MAX_DEFAULT_SLOTS (the one rule; occupancy metrics and `tseeds plan` read it)."""
+    return min(MAX_DEFAULT_SLOTS, 1 << (max(n_requests, 1) - 1).bit_length())
+
+
 def split_model(model):
     """(ModelDef, params) from a Transformer or a (graphdef, params) pair.
 
@@ -170,7 +179,7 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens, tempera
     max_prefill_length: longest accepted prompt (+ prefix); default the model's
       max_position_embeddings.
     param_dtype: optionally cast the float params (e.g. "bfloat16") before sampling.
-    interruptible: optional per-prompt bools (partial rollouts, rl/partial.py). When every
+    interruptible: optional per-prompt bools (partial rollouts, rl/rollout/pool.py). When every
       request marked False has ended (and at least one was), the call returns at once: the
       interruptible requests still decoding end with the tokens written so far and finish
       "length", those never started with no tokens. They fill the slots the others leave idle.
@@ -215,7 +224,7 @@ def generate(model, prompts: Sequence[Sequence[int]], *, max_new_tokens, tempera
         requests.append(_Request(i, tokens.astype(np.int32), int(budgets[i]), keys[i],
                                  bool(interruptible[i]) if interruptible is not None else False))
     if requests:
-        slots = num_slots or min(256, 1 << (len(requests) - 1).bit_length())
+        slots = num_slots or default_slots(len(requests))
         if not isinstance(slots, int) or slots <= 0:
             raise ValueError(f"num_slots={num_slots!r}: must be a positive integer")
         mesh = params_mesh(params)

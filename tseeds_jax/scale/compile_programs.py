@@ -2,10 +2,10 @@
 
 The programs are the trainer's own jitted functions, called with the arguments the trainer gives
 them (abstract: `jax.ShapeDtypeStruct`s carrying the run's shardings; nothing is allocated):
-  learner   `Learner._update` (mini- and micro-batches, AdamW) on the sharded train state;
-  stats     `Learner._stats` on one row chunk of `Trainer._row_pass` (behavior log-probs at
+  learner   `Learner.update_pass` (mini- and micro-batches, AdamW) on the sharded train state;
+  stats     `Learner.stats_pass` on one row chunk of the statistics pass (rl/learn/row_pass.py:
             refresh, pi_old recompute, reference log-probs: one program, one shape), and
-            `Learner._topk` where SIS needs top-K;
+            `Learner.topk_pass` where SIS needs top-K;
   sampler   `core.prefill` for each prompt bucket the driver can form, `core.insert`,
             `core.run_chunk` (the decode loop: memory) and `core.step` (one decode step: cost)
             with the configured slots and cache length, on the sampler-dtype parameters placed
@@ -173,9 +173,9 @@ def cast_tree(tree, dtype: str):
 
 
 def make_learner(t: CompileTarget, kernel_impl: str):
-    """(Learner, abstract sharded TrainState) exactly as `runner.make_trainer` builds them."""
-    from tseeds_jax.rl.learner import Learner
-    from tseeds_jax.rl.loss_plugins import learner_old_logp_mode
+    """(Learner, abstract sharded TrainState) exactly as `rl.setup.make_trainer` builds them."""
+    from tseeds_jax.rl.learn.hooks import old_logp_mode as learner_old_logp_mode
+    from tseeds_jax.rl.learn.learner import Learner
 
     graphdef, params = nnx.split(shd.abstract_model(t.mcfg))
     cfg = t.cfg
@@ -196,27 +196,15 @@ def kernel_tokens(t: CompileTarget, n: int) -> int:
 
 
 def learner_programs(t: CompileTarget, learner, state, kernel_impl: str) -> list[Program]:
-    from tseeds_jax.rl.learner import LearnerBatch
-    from tseeds_jax.rl.runner import learner_batch_shardings
+    from tseeds_jax.rl.learn import batch as batch_lib
 
     p, r = t.widths
     n = t.rows
-    sh = learner_batch_shardings(t.cfg, t.mesh)
-    i32, f32 = jnp.int32, jnp.float32
-    batch = LearnerBatch(
-        tokens_BT=jax.ShapeDtypeStruct((n, p + r), i32, sharding=sh.tokens_BT),
-        attn_mask_BT=jax.ShapeDtypeStruct((n, p + r), i32, sharding=sh.attn_mask_BT),
-        **{f: jax.ShapeDtypeStruct((n, r), f32, sharding=getattr(sh, f))
-           for f in ("resp_mask_BR", "seed_mask_BR", "behavior_logp_BR", "sampler_logp_BR",
-                     "old_logp_BR", "ref_logp_BR")},
-        advantages_B=jax.ShapeDtypeStruct((n,), f32, sharding=sh.advantages_B))
-    k = learner.proposal_top_k
-    if k:  # build_batch(top_k=K): row-sharded like the per-token arrays (Learner.update)
-        rows3 = shd.batch_sharding(t.mesh, (n, r, k))
-        batch = batch.replace(topk_ids_BRK=jax.ShapeDtypeStruct((n, r, k), i32, sharding=rows3),
-                              topk_logp_BRK=jax.ShapeDtypeStruct((n, r, k), f32, sharding=rows3),
-                              topk_valid_BR=jax.ShapeDtypeStruct((n, r), f32,
-                                                                 sharding=sh.resp_mask_BR))
+    k = learner.proposal_top_k  # build_batch(top_k=K)
+    spec = batch_lib.abstract_batch(n, p, r, top_k=k)
+    # the learner's one rule (Learner.update): rows over the batch axes, the rest replicated
+    batch = jax.tree.map(lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), spec,
+                         batch_lib.shardings(t.mesh, spec))
     rep = NamedSharding(t.mesh, PartitionSpec())
     rng = abstract(jax.eval_shape(lambda: jax.random.PRNGKey(0)), rep)
     stare = learner.initial_controller_state()
@@ -235,12 +223,12 @@ def learner_programs(t: CompileTarget, learner, state, kernel_impl: str) -> list
         "learner_update", "learner",
         f"Learner._update: {n} sequences x T={p + r}, {o.mini_batches} mini-batch(es) of "
         f"{n // o.mini_batches}, micro-batches of {micro}, {o.epochs} epoch(s)",
-        functools.partial(learner._update.lower, state, batch, rng, stare), extra_live=extra,
+        functools.partial(learner.update_pass.lower, state, batch, rng, stare), extra_live=extra,
         analytic_flops=kern)]
 
 
 def stats_rows(t: CompileTarget, placement: str) -> tuple[int, str]:
-    """Global rows of one statistics forward (`Trainer._row_pass`) and the passes it serves."""
+    """Global rows of one statistics forward (rl/learn/row_pass.py) and the passes it serves."""
     placement = "sharded" if placement == "decode" else placement  # statistics: learner mesh
     cfg = t.cfg
     passes = []
@@ -249,14 +237,14 @@ def stats_rows(t: CompileTarget, placement: str) -> tuple[int, str]:
         passes.append(("behavior log-probs at refresh", n * (cfg.seeds.refresh_interval - 1)))
     if cfg.loss.kl_coef:
         passes.append(("reference log-probs", n))
-    from tseeds_jax.rl.loss_plugins import learner_old_logp_mode
+    from tseeds_jax.rl.learn.hooks import old_logp_mode as learner_old_logp_mode
 
     if learner_old_logp_mode(cfg) == "recompute" or (cfg.optim.old_logp == "auto"
                                                     and cfg.optim.updates_per_batch > 1):
         passes.append(("pi_old recompute", n))
     if not passes:
         return 0, ""
-    from tseeds_jax.rl.trainer import stats_chunk_rows
+    from tseeds_jax.rl.learn.row_pass import stats_chunk_rows
 
     hosts = 1 if placement == "sharded" else t.num_hosts
     total = max(x for _, x in passes) // hosts
@@ -290,13 +278,13 @@ def stats_programs(t: CompileTarget, learner, state, kernel_impl: str, placement
         out.append(Program("stats_forward", "stats",
                            f"Learner._stats: {rows} sequences x T={p + r} per forward "
                            f"({placement}); serves: {served}",
-                           functools.partial(learner._stats.lower, params, tok, tok, r),
+                           functools.partial(learner.stats_pass.lower, params, tok, tok, r),
                            extra_live=extra, analytic_flops=kern))
     k = learner.proposal_top_k
     if k:
         out.append(Program("stats_topk", "stats",
                            f"Learner._topk: SIS top-{k} of {rows} sequences per forward",
-                           functools.partial(learner._topk.lower, params, tok, tok, r, k),
+                           functools.partial(learner.topk_pass.lower, params, tok, tok, r, k),
                            extra_live=extra))
     return out
 
@@ -410,7 +398,7 @@ def sampler_programs(t: CompileTarget, state, buckets: str = "all") -> list[Prog
         params = cast_tree(jax.tree.map(lambda x: _sds(x, one), state.params), sdt)
         rows = lambda shape, what: one  # noqa: E731
         kv = lambda axes, shape: one  # noqa: E731
-    # trainer._cast returns the params themselves; the decode layout always holds its own copy
+    # the trainer's sampler cast returns the params themselves; the decode layout always holds its own copy
     same = sharded and not decode and sdt == t.mcfg.param_dtype
     cast_bytes = 0 if same else device_bytes(params)
     # The decode layout: the learner-layout cast the trainer passes in stays alive beside the

@@ -269,7 +269,7 @@ def step_model_inputs(res: Result, s, roof, ici) -> dict[str, Any] | None:
     only, so that a saved `tseeds compile --json` output can be estimated again
     (`python -m tseeds_jax.scale.step_model_cli`)."""
     from tseeds_jax.chips import chip as chip_row
-    from tseeds_jax.rl import length_distribution
+    from tseeds_jax.rl.config import lengths as length_distribution
 
     t = res.target
     cfg = t.cfg

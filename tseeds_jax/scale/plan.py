@@ -22,8 +22,8 @@ The model (docs/scale.md explains each term):
   prefill (its attention scores materialised unless the attention is a flash kernel: splash on
   TPU, cuDNN on GPU; `attention_kind`) or one decode step.
 * statistics passes (behavior / old / reference log-probs): no-grad forwards of the rows the
-  trainer gives one call (`micro_batch_size` rows per forward in `Trainer._stats` / `_topk`,
-  also for the passes of rl/loss_plugins.py), on the replica device or split over the mesh.
+  trainer gives one call (`micro_batch_size` rows per forward of rl/learn/row_pass.py, also
+  for the passes of rl/learn/hooks.py), on the replica device or split over the mesh.
 * host: the seed cache (T-1 batches of B x G seeds: token ids and float32 log-probs / entropies).
 
 On a TPU target with remat and the Pallas kernel, the learner and statistics terms follow what XLA's
@@ -121,7 +121,7 @@ class Workload:
     sampler_tensor: int = 0  # "decode": devices per tensor-parallel replica (0: chosen)
     family: str = ""  # accelerator family ("v5p", "h100", ...): the decode layout's roofline
     stats_rows: int = 0  # sequences per statistics forward; 0 = as the trainer chunks them
-    plugin_stats: bool = False  # rl/loss_plugins.py runs a statistics pass over each batch (chunked)
+    plugin_stats: bool = False  # rl/learn/hooks.py runs a statistics pass over each batch (chunked)
     kernel_impl: str = "pallas"  # "pallas" (TPU/GPU) | "chunked" (XLA, CPU default)
     compiler: str = "cpu"  # "tpu" | "gpu" | "cpu": whose buffer assignment the learner terms model
     # rollout.length_distribution: the step model's response lengths (scale/step_model.py)
@@ -253,7 +253,7 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> MemoryPlan:
     rows_dev = n_seq // batch_shards if n_seq % batch_shards == 0 else n_seq
     batch_bytes = rows_dev * (2 * t_len * 4 + 7 * w.response_len * 4 + 4)
     add("learner", "batch", batch_bytes, f"{rows_dev} sequences x T={t_len} on this device")
-    # optim.grad_reduce = "update" (rl/grad_accum.py): every device keeps its rows' gradients
+    # optim.grad_reduce = "update" (rl/learn/grad_accum.py): every device keeps its rows' gradients
     # unreduced, whole but for the tensor split, in a float32 accumulator until the update's
     # one reduction.
     unreduced = w.grad_reduce == "update" and batch_shards > 1 and ok_b
@@ -347,7 +347,7 @@ def _after_learner(w, lay, terms, add, warns, hbm_bytes, *, h, f, h_t, f_t, t_le
     hosts = plan_sampler.num_hosts(w)
     if w.sampler_placement in ("sharded", "decode") and hosts > 1 and \
             (w.mesh[0] * w.mesh[1]) % hosts:
-        # rl/hosts.py check_sampler_placement: every process must own whole row blocks.
+        # rl/run/hosts.py check_sampler_placement: every process must own whole row blocks.
         warns.append(f"sampler_placement='sharded' on {hosts} hosts: the mesh's batch axes "
                      f"(data x fsdp = {w.mesh[0] * w.mesh[1]}) must be a multiple of the process "
                      "count (the trainer raises)")
@@ -477,7 +477,7 @@ def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
     o = cfg.optim
     old_logp_recompute = (o.old_logp == "recompute" or
                           (o.old_logp == "auto" and o.updates_per_batch > 1))
-    from tseeds_jax.rl import family
+    from tseeds_jax.rl.config import family
 
     top_k = family.from_loss_config(cfg.loss)[2].proposal_top_k
     stale = getattr(getattr(cfg, "stale", None), "steps", 0)
@@ -494,7 +494,7 @@ def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
         length_distribution=cfg.rollout.length_distribution,
         kernel_impl=kernel_impl, compiler=compiler, kl_coef=cfg.loss.kl_coef,
         old_logp_recompute=old_logp_recompute, grad_reduce=o.grad_reduce,
-        # rl/loss_plugins.py statistics passes over a batch (chunked like Trainer._stats)
+        # rl/learn/hooks.py statistics passes over a batch (chunked: rl/learn/row_pass.py)
         plugin_stats=bool(old_logp_recompute or stale
                                or (top_k and cfg.seeds.refresh_interval > 1)),
         devices_per_host=per_host)

@@ -15,7 +15,7 @@ Two placements (`hardware.sampler_placement`, `tseeds_jax.rl.hosts.sampler_param
   ("cache_batch"), kv heads over tensor when they divide (the KV cache layout is read off
   `KVCache.k_axes` / `v_axes`), statistics chunks split like the update's micro-batches. On a
   multi-host mesh every host runs the driver on the gathered global request list (data x fsdp
-  must be a multiple of the host count: `rl/hosts.py check_sampler_placement`).
+  must be a multiple of the host count: `rl/run/hosts.py check_sampler_placement`).
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def num_hosts(w) -> int:
 
 def sampler_requests(w) -> int:
     """Requests of the largest sampler call of one driver loop: a refresh samples the T-1 seeded
-    batches at once (trainer._refresh); with "replica" each host runs its own share."""
+    batches at once (rl/methods/seeds.py, the refresh); with "replica" each host runs its own
+    share."""
     n = w.sequences * max(w.refresh_interval - 1, 1)
     return -(-n // num_hosts(w)) if w.sampler_placement == "replica" else n
 
@@ -195,10 +196,11 @@ def sampler_memory(w, lay, dtype_bytes, hbm_bytes=None) -> SamplerMemory:
 def stats_rows_per_device(w) -> tuple[int, str]:
     """(sequences per statistics forward on one device, note).
 
-    Trainer._row_pass (refresh behavior log-probs, reference log-probs, and the plugins' passes:
-    old log-probs recompute, stale annotate, SIS top-K) runs `micro_batch_size` rows per forward
-    (all rows when 0): host-local rows with "replica"; with "sharded" global rows (one global
-    array of every host's rows on a multi-host mesh), rounded up to whole rows per device.
+    The statistics pass (rl/learn/row_pass.py: refresh behavior log-probs, reference log-probs,
+    the hooks' passes: old log-probs recompute, stale annotate, SIS top-K) runs
+    `micro_batch_size` rows per forward (all rows when 0): host-local rows with "replica"; with
+    "sharded" global rows (one global array of every host's rows on a multi-host mesh), rounded
+    up to whole rows per device.
     `w.stats_rows` overrides every pass's rows per forward."""
     sharded = w.sampler_placement in ("sharded", "decode")  # decode: statistics as sharded
     hosts = 1 if sharded else num_hosts(w)
@@ -210,7 +212,7 @@ def stats_rows_per_device(w) -> tuple[int, str]:
         passes.append(("reference", w.sequences, w.micro_batch_size))
     if w.plugin_stats:
         passes.append(("plugin", w.sequences, w.micro_batch_size))
-    from tseeds_jax.rl.trainer import stats_chunk_rows  # the trainer's own chunking
+    from tseeds_jax.rl.learn.row_pass import stats_chunk_rows  # the trainer's own chunking
 
     best, note = 0, ""
     for name, total, chunk in passes:

@@ -20,7 +20,7 @@ import os
 import shlex
 import sys
 
-from tseeds_jax.rl.errors import ConfigValueError
+from tseeds_jax.rl.config.errors import ConfigValueError
 
 
 def _load(path: str) -> dict:

@@ -11,7 +11,7 @@ def step_model_from_inputs(inputs: dict[str, Any], *, update_s: float | None,
                            length_distribution: str | None = None, **params) -> dict[str, Any]:
     """`step_model.estimate` of the on-policy step from `step_model_inputs` (its length
     distribution unless one is given); update_s None: the update is left out (0) and said so."""
-    from tseeds_jax.rl import length_distribution as ld
+    from tseeds_jax.rl.config import lengths as ld
     from tseeds_jax.scale import step_model
 
     spec = length_distribution or inputs["length_distribution"]

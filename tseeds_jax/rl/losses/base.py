@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -185,14 +186,16 @@ class LossInputs:
       topk_cur_logp_BTK: log π_θ at those same K ids (SIS; treated as constants).
       target_in_topk_BT: whether y_t is among the K ids (SIS).
       uniforms_BT: U[0,1) numbers for the SIS acceptance test (passed in for determinism).
-      m2po_keep_BT: precomputed M2PO keep mask over the whole mini-batch (`m2po_keep_mask`); if None
-        the mask is computed over the rows of this call.
-      stare_weight_BT: precomputed STARE token weights over the whole mini-batch
-        (`stare_token_weights`); if None they are computed over the rows of this call.
-      entropy_mean: scalar, token-mean entropy of the mini-batch from the pre-update pass (STARE gate).
-      stare_state: adaptive STARE weights (overrides the hparams' W/M when given).
+      selection_BT: the loss's declared selection (`LossNeeds.selection`), computed over the whole
+        mini-batch (M2PO's keep mask, STARE's token weights); if None the loss computes it over
+        the rows of this call.
+      entropy_mean: scalar, token-mean entropy of the mini-batch from the pre-update pass
+        (`LossNeeds.entropy_prepass`; STARE's gate).
+      controller_state: the loss's cross-step controller state (`LossNeeds.controller`; adaptive
+        STARE's W/M, overriding the hparams' when given).
       tis_weight_BT: truncated importance weights min(pi_den / pi_sampler, t), constants that
-        multiply the clipped token loss (rollout correction "tis"; the PPO-form losses).
+        multiply the clipped token loss (rollout correction "tis"; the losses whose entry
+        declares `LossNeeds.token_weights`).
     """
 
     logp_BT: Array
@@ -207,10 +210,9 @@ class LossInputs:
     topk_cur_logp_BTK: Array | None = None
     target_in_topk_BT: Array | None = None
     uniforms_BT: Array | None = None
-    m2po_keep_BT: Array | None = None
-    stare_weight_BT: Array | None = None
+    selection_BT: Array | None = None
     entropy_mean: Array | None = None
-    stare_state: STAREState | None = None
+    controller_state: Any = None
     tis_weight_BT: Array | None = None
 
     @classmethod
@@ -230,8 +232,8 @@ class LossInputs:
 
 _BT_FIELDS = (
     "logp_BT", "old_logp_BT", "advantages_BT", "mask_BT", "seed_mask_BT", "entropy_BT",
-    "ref_logp_BT", "behavior_logp_BT", "target_in_topk_BT", "uniforms_BT", "m2po_keep_BT",
-    "stare_weight_BT", "tis_weight_BT",
+    "ref_logp_BT", "behavior_logp_BT", "target_in_topk_BT", "uniforms_BT", "selection_BT",
+    "tis_weight_BT",
 )
 
 

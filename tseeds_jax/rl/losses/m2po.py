@@ -13,7 +13,7 @@ Shape letters: B rows, T response positions, N = B·T flattened tokens.
 Exactness: the keep mask is a property of the whole mini-batch. Computed inside the call it covers
 only the rows given to that call; with micro-batching, the trainer must compute
 `m2po_keep_mask(...)` once over the whole mini-batch (e.g. from the pre-update log-prob pass when
-there is one update per batch) and pass it as `LossInputs.m2po_keep_BT`.
+there is one update per batch) and pass it as `LossInputs.selection_BT` (its declared selection).
 Not implemented: the official repo's clip-cap variant (water-filling τ mapped to PPO bounds).
 """
 
@@ -91,14 +91,14 @@ def m2po_selection(logp_BT, old_logp_BT, advantages_BT, mask_BT, hparams: M2POHP
 
 
 @register(LossName.M2PO, M2POHParams,
-          needs=LossNeeds(selection=Selection(m2po_selection, field="m2po_keep_BT")))
+          needs=LossNeeds(selection=Selection(m2po_selection)))
 def m2po_loss(inputs: LossInputs, hparams: M2POHParams, *, denominators: Denominators) -> LossOutput:
-    """M2PO loss share of one call; see the module docstring (exactness needs `m2po_keep_BT`)."""
+    """M2PO loss share of one call; see the module docstring (exactness needs `selection_BT`)."""
     validate_inputs(inputs, loss="m2po")
     keep, tr = m2po_keep_mask(inputs.logp_BT, inputs.old_logp_BT, inputs.advantages_BT,
                               inputs.mask_BT, hparams.tau)
-    if inputs.m2po_keep_BT is not None:
-        keep = inputs.m2po_keep_BT > 0
+    if inputs.selection_BT is not None:
+        keep = inputs.selection_BT > 0
     log_ratio = clamped_log_ratio(inputs.logp_BT, inputs.old_logp_BT)
     dt = log_ratio.dtype
     loss_BT = jnp.where(keep, -inputs.advantages_BT.astype(dt) * jnp.exp(log_ratio), 0.0)

@@ -1,8 +1,9 @@
 """What a loss needs beyond one micro-batch's `LossInputs`, declared in its registry entry.
 
 A loss registers its needs (`register(name, hparams_cls, needs=LossNeeds(...))`); the learner
-(rl/learner.py), the config side (rl/family.py) and the trainer's plug-ins (rl/loss_plugins.py)
-read them and never the loss's name, so a new loss with the same needs touches no other module.
+(rl/learn/learner.py), the config side (rl/config/family.py, checks.py, compat.py) and the
+learner's hooks (rl/learn/hooks.py) read them and never the loss's name, so a new loss with the
+same needs touches no other module.
 
   selection        a no-gradient property of the whole mini-batch (one optimizer step) that the
                    loss would otherwise compute over its own call's rows only (M2PO's keep mask,
@@ -14,6 +15,8 @@ read them and never the loss's name, so a new loss with the same needs touches n
                    from the step's metrics; checkpointed with the run (adaptive STARE).
   topk_proposal    the proposal's top-K at every response position, and per-token uniforms
                    (SIS); K comes from the learner option named `k_option`.
+  token_weights    the loss multiplies each token's loss by `LossInputs.tis_weight_BT`
+                   (rollout correction "tis": truncated importance weights, constants).
   base_losses      the loss wraps a base loss named by `params["base"]` (first: the default);
                    the base gets the shared clip / agg / regularizer overrides (SIS).
   options          learner-side options in `loss.params` that are not hparams fields.
@@ -43,10 +46,9 @@ class Option:
 @dataclasses.dataclass(frozen=True)
 class Selection:
     """fn(logp_BT, old_logp_BT, advantages_BT, mask_BT, hparams, *, entropy_mean, state) ->
-    float32 [B, T], no gradient, over all rows given; it goes in `LossInputs.<field>`."""
+    float32 [B, T], no gradient, over all rows given; it goes in `LossInputs.selection_BT`."""
 
     fn: Callable[..., Any]
-    field: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,8 +62,8 @@ class EntropyPrepass:
 class Controller:
     """Cross-step state of a loss (a pytree of scalars), on when option `enabled_by` is true."""
 
-    enabled_by: str  # learner option that switches the controller on
-    field: str  # LossInputs field the state goes in
+    enabled_by: str  # learner option that switches the controller on (its state goes in
+    # `LossInputs.controller_state`)
     checkpoint_key: str  # group name of its arrays in the run's checkpoint
     initial: Callable[[Any], Any]  # hparams -> state
     advance: Callable[[Any, Mapping[str, Any], Any], Any]  # (state, step metrics, hparams) -> state
@@ -94,6 +96,7 @@ class LossNeeds:
     # check(params dict, RunFacts) -> [(dotted field under config, value, why)] of violations
     checks: Callable[[Mapping[str, Any], RunFacts], list[tuple[str, Any, str]]] | None = None
     offpolicy_traces: bool = False
+    token_weights: bool = False
     clip_note: str = ""
 
     def option_defaults(self) -> dict[str, Any]:

@@ -34,6 +34,7 @@ from tseeds_jax.rl.losses.base import (
     masked_metric,
     validate_inputs,
 )
+from tseeds_jax.rl.losses.needs import LossNeeds
 from tseeds_jax.rl.losses.registry import LossName, register
 from tseeds_jax.rl.losses.regularizers import Regularizers, finish
 
@@ -143,8 +144,10 @@ def ppo_loss(inputs: LossInputs, hparams: PPOHParams, *, denominators: Denominat
 
 DAPO_DEFAULTS = PPOHParams(clip_low=0.2, clip_high=0.28)
 GRPO_DEFAULTS = PPOHParams(clip_low=0.2, clip_high=0.2)
-register(LossName.DAPO, PPOHParams, DAPO_DEFAULTS)(ppo_loss)
-register(LossName.GRPO, PPOHParams, GRPO_DEFAULTS)(ppo_loss)
+# The clipped token loss takes the TIS weights (`ppo_loss_from_log_ratio`).
+PPO_NEEDS = LossNeeds(token_weights=True)
+register(LossName.DAPO, PPOHParams, DAPO_DEFAULTS, needs=PPO_NEEDS)(ppo_loss)
+register(LossName.GRPO, PPOHParams, GRPO_DEFAULTS, needs=PPO_NEEDS)(ppo_loss)
 
 
 def policy_loss(

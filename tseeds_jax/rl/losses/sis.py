@@ -95,6 +95,7 @@ SIS_NEEDS = LossNeeds(
     base_losses=("dapo", "grpo", "gspo", "gspo_token"),  # the first is the default
     options=(Option("top_k", 10, _is_top_k, "must be an integer >= 1"),),
     checks=_seed_scope_check,
+    token_weights=True,  # through its PPO-form token loss (ppo_loss_from_log_ratio)
 )
 
 

@@ -13,10 +13,10 @@ P is used as the nearest fraction a/b with b ≤ 1000 so that ⌈P·n⌉ is comp
 arithmetic (0.1·30 is 3, not 4).
 
 Exactness: L± are batch quantiles. Inside the call they cover only its rows (STARE's own code uses
-micro-batch quantiles); for mini-batch quantiles pass `LossInputs.stare_weight_BT` from
+micro-batch quantiles); for mini-batch quantiles pass `LossInputs.selection_BT` from
 `stare_token_weights` computed once over the whole mini-batch. Adaptive schedule (optional, off by
 default): `stare_controller_update` is a pure state -> state function, its state goes in
-`LossInputs.stare_state`.
+`LossInputs.controller_state`.
 """
 
 from __future__ import annotations
@@ -182,25 +182,26 @@ def _from_arrays(arrays) -> STAREState:
 
 
 STARE_NEEDS = LossNeeds(
-    selection=Selection(stare_selection, field="stare_weight_BT"),
+    selection=Selection(stare_selection),
     entropy_prepass=EntropyPrepass(_gate_metrics),
-    controller=Controller(enabled_by="adaptive", field="stare_state", checkpoint_key="stare",
+    controller=Controller(enabled_by="adaptive", checkpoint_key="stare",
                           initial=stare_initial_state, advance=_advance, report=_report,
                           to_arrays=_to_arrays, from_arrays=_from_arrays),
     options=(Option("adaptive", False, lambda v: isinstance(v, bool), "must be true or false"),),
+    token_weights=True,  # through its PPO-form token loss (ppo_loss_from_log_ratio)
 )
 
 
 @register(LossName.STARE, STAREHParams, needs=STARE_NEEDS)
 def stare_loss(inputs: LossInputs, hparams: STAREHParams, *, denominators: Denominators) -> LossOutput:
-    """STARE loss share; needs `entropy_mean` unless `stare_weight_BT` is given."""
-    if inputs.stare_weight_BT is None:
+    """STARE loss share; needs `entropy_mean` unless `selection_BT` is given."""
+    if inputs.selection_BT is None:
         validate_inputs(inputs, need=("entropy_mean",), loss="stare")
         omega = stare_token_weights(inputs.logp_BT, inputs.advantages_BT, inputs.mask_BT, hparams,
-                                    entropy_mean=inputs.entropy_mean, state=inputs.stare_state)
+                                    entropy_mean=inputs.entropy_mean, state=inputs.controller_state)
     else:
         validate_inputs(inputs, loss="stare")
-        omega = inputs.stare_weight_BT
+        omega = inputs.selection_BT
     log_ratio = clamped_log_ratio(inputs.logp_BT, inputs.old_logp_BT)
     share, metrics = ppo_loss_from_log_ratio(inputs, log_ratio, hparams.ppo,
                                              denominators=denominators, token_weight_BT=omega)

@@ -1,0 +1,104 @@
+"""Checks of one feature at a time: the values of `config.stale` and `config.restart`, and what
+each feature needs of the rest of the run (a loss that takes per-token weights, the seed variant
+of a restart method, ...). Which features combine with which is compat.py's table. JAX-free.
+"""
+
+from __future__ import annotations
+
+from tseeds_jax.rl.config.fields import bad as bad_field
+
+RESTART_METHODS = ("prefixrl", "questa", "fr3e", "cure")
+PREFIX_METHODS = ("prefixrl", "questa")  # a prefix as context only (seeds.variant "state")
+BRANCH_METHODS = ("fr3e", "cure")  # branches from the step's own rollouts (trained prefix)
+CORRECTION_MODES = ("off", "token_mask", "seq_mask", "tis")  # learn/correction.py
+
+
+def branch_split(group_size: int, base: int, points: int) -> tuple[int, int]:
+    """(first-pass rollouts, branches per anchor) of FR3E / CURE's groups; ValueError when
+    G - base is not split evenly over the anchors."""
+    base = base or group_size // 2
+    rest = group_size - base
+    if base < 1 or rest < 1 or points < 1 or rest % points:
+        raise ValueError(f"branching: group_size={group_size}, branch_base={base}, "
+                         f"branch_points={points}: need 1 <= base < G and (G - base) divisible "
+                         "by branch_points")
+    return base, rest // points
+
+
+def stale(cfg) -> None:
+    """`config.stale`: M2PO's lag, overlap, partial rollouts and rollout correction."""
+    st = cfg.stale
+
+    def bad(field, value, why):
+        bad_field(f"stale.{field}", value, why)
+
+    for name in ("steps", "partial_tokens", "max_staleness", "groups_in_flight"):
+        v = getattr(st, name)
+        if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+            bad(name, v, "must be an integer >= 0")
+    if st.steps and cfg.optim.old_logp == "shortcut":
+        bad_field("optim.old_logp", cfg.optim.old_logp,
+                  "stale rollouts need the generation-time log-probs ('auto' or 'recompute')")
+    if st.correction not in CORRECTION_MODES:
+        bad("correction", st.correction, f"known: {CORRECTION_MODES}")
+    if st.correction == "tis":
+        from tseeds_jax.rl import losses  # local: keeps this module JAX-free to import
+
+        takers = [n for n in losses.names() if losses.get(n).needs.token_weights]
+        if cfg.loss.name in losses.names() and not losses.get(cfg.loss.name).needs.token_weights:
+            bad("correction", st.correction, f"loss.name={cfg.loss.name!r} has no per-token "
+                f"weight; TIS works with {tuple(takers)} (token_mask / seq_mask work with every "
+                "loss)")
+    t = st.correction_threshold
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not t > 1.0:
+        bad("correction_threshold", t, "must be a number > 1")
+    if not isinstance(st.overlap, bool):
+        bad("overlap", st.overlap, "must be True or False")
+    if st.overlap and not st.steps:
+        bad("overlap", st.overlap, "overlaps the generation of batch k + s with the update of "
+            "batch k, so it needs stale.steps >= 1 (docs/async.md)")
+    if not st.partial_tokens:
+        return
+    if st.steps > st.max_staleness:
+        bad("max_staleness", st.max_staleness, f"must be >= stale.steps={st.steps}: batches "
+            "generated that many steps ahead are that many versions old when trained")
+    if st.groups_in_flight and st.groups_in_flight < cfg.rollout.batch_prompts:
+        bad("groups_in_flight", st.groups_in_flight,
+            f"must be 0 or >= rollout.batch_prompts={cfg.rollout.batch_prompts}")
+    if st.partial_tokens >= cfg.rollout.max_response_len:
+        bad("partial_tokens", st.partial_tokens,
+            f"must be < rollout.max_response_len={cfg.rollout.max_response_len} (else nothing "
+            "is ever interrupted)")
+
+
+def restart(cfg) -> None:
+    """`config.restart`: the peer restart methods' values and the seed variant each needs."""
+    def bad(field, value, why):
+        bad_field(f"restart.{field}", value, why)
+
+    rs = cfg.restart
+    if rs.method == "":
+        return
+    if rs.method not in RESTART_METHODS:
+        bad("method", rs.method, f"unknown restart method; known: {('',) + RESTART_METHODS}")
+    for name in ("prefix_share", "prefix_ratio", "hint_start", "hint_end", "hint_switch",
+                 "stage1_frac"):
+        v = getattr(rs, name)
+        if not 0 <= v <= 1:
+            bad(name, v, "must be in [0, 1]")
+    for name in ("pool_prompts", "pool_budget", "branch_points", "branch_top_k"):
+        v = getattr(rs, name)
+        if not isinstance(v, int) or v < 1:
+            bad(name, v, "must be an integer >= 1")
+    if rs.branch_base < 0:
+        bad("branch_base", rs.branch_base, "must be >= 0 (0: group_size // 2)")
+    want = "state" if rs.method in PREFIX_METHODS else "state+action"
+    if cfg.seeds.variant != want:
+        bad("method", rs.method, f"needs seeds.variant={want!r} (the prefix is "
+            f"{'context only' if want == 'state' else 'on-policy and trained'}), got "
+            f"{cfg.seeds.variant!r}")
+    if rs.method in BRANCH_METHODS:
+        try:
+            branch_split(cfg.rollout.group_size, rs.branch_base, rs.branch_points)
+        except ValueError as e:
+            bad("branch_points", rs.branch_points, str(e))

@@ -1,0 +1,455 @@
+"""The learner: token statistics through the fused kernel, and the jitted update step.
+
+Letters: B sequences in a batch, P prompt width (left-padded), R response width (right-padded),
+T = P + R, D model width, M mini-batches per batch, U micro-batches per mini-batch, K SIS top-K.
+
+Batch layout: rl/learn/batch.py. The LM head is fused into `tseeds_jax.kernels.logprob_entropy`,
+so no [tokens, vocab] logits exist anywhere in training.
+
+Loss-family plumbing: the learner serves what the loss's registry entry declares
+(rl/losses/needs.py; rl/config/family.py for the config side), never a loss name:
+  * selection (M2PO's keep mask, STARE's top-P weights): a property of the mini-batch (one
+    optimizer step). With one micro-batch the loss computes it itself; with U > 1 micro-batches a
+    no-grad pass over the mini-batch's micro-batches (at the parameters of that update) computes
+    it once and feeds every micro-batch its rows (exact micro-batching).
+  * entropy pre-pass (STARE's gate): the token-mean entropy of the whole batch before the update.
+    With a single update and micro-batch, the loss's own forward *is* that pass; otherwise a
+    no-grad pass over the batch at the step's initial parameters computes it.
+  * controller (adaptive STARE): its state comes in as an argument of the update.
+  * top-K proposal (SIS): the proposal's top-K at each position comes from the batch (`topk_*`,
+    where `topk_valid_BR`: seed tokens' pi_b top-K from the refresh, or pi_old's from the
+    recompute / stale generation pass) or, with the on-policy shortcut, from the current
+    parameters (= pi_old there); the current policy's log-probs at those ids come from
+    `kernels.topk` (no [N, V] logits). Uniforms: `fold_in(rng, update index)`, drawn per
+    mini-batch row, so they do not depend on the micro-batch size.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+
+import tseeds_jax.rl.config.family as family
+from tseeds_jax import kernels
+from tseeds_jax.kernels.topk import gather_logprobs, topk_logprobs
+from tseeds_jax.rl import losses
+from tseeds_jax.rl.config.sections import LossConfig, OptimConfig
+from tseeds_jax.rl.learn import grad_accum
+from tseeds_jax.rl.learn.batch import LearnerBatch, shard_batch
+
+NUM_POS_BINS = 10  # positional profiles in 10% bins of relative position (paper Figures 3-4)
+
+
+@flax.struct.dataclass
+class TrainState:
+    params: Any  # nnx.State of the model's Params
+    opt_state: Any
+    step: jax.Array  # optimizer updates so far (int32)
+
+
+def trainable_labels(params, train_layers: str):
+    """'train' / 'freeze' per parameter leaf. 'head' trains only the final norm and output head."""
+
+    def label(path, _):
+        if train_layers == "all":
+            return "train"
+        names = {str(getattr(p, "key", getattr(p, "name", p))) for p in path}
+        return "train" if names & {"final_norm", "lm_head"} else "freeze"
+
+    return jax.tree_util.tree_map_with_path(label, params)
+
+
+def make_optimizer(ocfg: OptimConfig, params) -> optax.GradientTransformation:
+    """AdamW with linear warm-up and global-norm clipping (clipping before the Adam moments)."""
+    sched = (optax.linear_schedule(0.0, ocfg.lr, ocfg.warmup_steps) if ocfg.warmup_steps
+             else optax.constant_schedule(ocfg.lr))
+    adamw = optax.adamw(sched, b1=ocfg.b1, b2=ocfg.b2, eps=ocfg.eps, weight_decay=ocfg.weight_decay)
+    tx = optax.chain(optax.clip_by_global_norm(ocfg.grad_clip), adamw)
+    if ocfg.train_layers == "all":
+        return tx
+    return optax.multi_transform({"train": tx, "freeze": optax.set_to_zero()},
+                                 trainable_labels(params, ocfg.train_layers))
+
+
+def loss_hparams(lcfg: LossConfig):
+    """(spec, hparams) of the configured loss: its registered defaults, the config's shared
+    overrides (clip only where set, rl/config/family.py) and `loss.params`."""
+    spec, hparams, _ = family.from_loss_config(lcfg)
+    return spec, hparams
+
+
+def response_hidden(graphdef, params, tokens_BT, attn_mask_BT, response_width: int):
+    """(h_BRD hidden states predicting the response tokens, unembed_DV, targets_BR)."""
+    model = nnx.merge(graphdef, params)
+    h_BTD, _ = model.hidden(tokens_BT, attn_mask_BT=attn_mask_BT)
+    t = h_BTD.shape[1]
+    p = t - response_width
+    return h_BTD[:, p - 1 : t - 1], model.unembed_DV(), tokens_BT[:, p:]
+
+
+def token_stats(graphdef, params, tokens_BT, attn_mask_BT, response_width: int, impl: str = "auto",
+                *, with_hidden: bool = False):
+    """(logp_BR, entropy_BR) of the response tokens under `params` (float32, differentiable).
+
+    with_hidden: also return (h_BRD, unembed_DV) for further LM-head statistics (SIS top-K).
+    """
+    h_BRD, w_DV, targets_BR = response_hidden(graphdef, params, tokens_BT, attn_mask_BT,
+                                              response_width)
+    b, _, d = h_BRD.shape
+    logp_N, ent_N = kernels.logprob_entropy(h_BRD.reshape(-1, d), w_DV, targets_BR.reshape(-1),
+                                            impl=impl)
+    out = (logp_N.reshape(b, response_width), ent_N.reshape(b, response_width))
+    return out + (h_BRD, w_DV) if with_hidden else out
+
+
+def _position_bins(resp_mask_BR):
+    """Bin index [B, R] of each response token by relative position t / |o| in 10% steps."""
+    r = resp_mask_BR.shape[1]
+    length_B = jnp.maximum(jnp.sum(resp_mask_BR, axis=1), 1.0)
+    rel_BR = jnp.arange(r, dtype=jnp.float32)[None, :] / length_B[:, None]
+    return jnp.clip(jnp.floor(rel_BR * NUM_POS_BINS), 0, NUM_POS_BINS - 1).astype(jnp.int32)
+
+
+def _diagnostics(logp, old, ent, adv_BR, resp, seed, sampler_logp, clip, first):
+    """Per-token diagnostics as (sum, count) pairs: ratios, clipping, entropy by source and position."""
+    cont = resp * (1.0 - seed)
+    seed = resp * seed
+    log_ratio = jnp.clip(logp - old, -20.0, 20.0)
+    ratio = jnp.exp(log_ratio)
+    clip_low, clip_high = clip
+    clipped = (((adv_BR > 0) & (ratio > 1 + clip_high)) |
+               ((adv_BR < 0) & (ratio < 1 - clip_low))).astype(jnp.float32)
+    out = {}
+    for name, m in (("seed", seed), ("cont", cont)):
+        out[f"ratio_mean/{name}"] = (jnp.sum(ratio * m), jnp.sum(m))
+        out[f"clipfrac/{name}"] = (jnp.sum(clipped * m), jnp.sum(m))
+        out[f"entropy/{name}"] = (jnp.sum(ent * m), jnp.sum(m))
+        out[f"abs_log_ratio/{name}"] = (jnp.sum(jnp.abs(log_ratio) * m), jnp.sum(m))
+    out["entropy/all"] = (jnp.sum(ent * resp), jnp.sum(resp))
+    # Sampler-vs-learner gap: only meaningful before the first update changes the parameters.
+    gap_m = cont * first
+    out["sampler_learner_gap"] = (jnp.sum(jnp.abs(logp - sampler_logp) * gap_m), jnp.sum(gap_m))
+    bins = _position_bins(resp)
+    onehot_BRK = jax.nn.one_hot(bins, NUM_POS_BINS) * resp[..., None]
+    extremes = {
+        "ratio_max/seed": jnp.max(jnp.where(seed > 0, ratio, -jnp.inf)),
+        "ratio_min/seed": jnp.min(jnp.where(seed > 0, ratio, jnp.inf)),
+        "ratio_max/cont": jnp.max(jnp.where(cont > 0, ratio, -jnp.inf)),
+        "ratio_min/cont": jnp.min(jnp.where(cont > 0, ratio, jnp.inf)),
+    }
+    profiles = {
+        "pos_entropy": jnp.einsum("br,brk->k", ent, onehot_BRK),
+        "pos_clipfrac": jnp.einsum("br,brk->k", clipped, onehot_BRK),
+        "pos_seedfrac": jnp.einsum("br,brk->k", seed, onehot_BRK),
+        "pos_count": jnp.sum(onehot_BRK, axis=(0, 1)),
+    }
+    return out, extremes, profiles
+
+
+_JITTED: dict = {}
+
+
+class Learner:
+    """Owns the optimizer and the jitted functions; holds no parameters itself."""
+
+    def __init__(self, graphdef, params, lcfg: LossConfig, ocfg: OptimConfig, *, variant: str,
+                 old_logp_mode: str, kernel_impl: str = "auto", mesh=None):
+        """mesh: the training mesh its batches are sharded over (learn/batch.py's one rule), or
+        None (a batch already laid out, e.g. a global array of every host's rows)."""
+        self.graphdef = graphdef
+        self.lcfg, self.ocfg = lcfg, ocfg
+        self.variant = losses.SeedLossVariant.parse(variant)
+        self.spec, self.hparams, self.options = family.from_loss_config(lcfg)
+        self.loss_name = self.spec.name
+        self.needs = self.spec.needs
+        self.diag_clip = family.diagnostic_clip(self.hparams)
+        self.loss_scale = float(getattr(lcfg, "loss_scale", 0.0) or 0.0) or None
+        model_cfg = nnx.merge(graphdef, params).cfg
+        vocab = model_cfg.vocab_size
+        # Weight gradients leave the backward in the compute dtype ("update" reduces in it).
+        self.compute_dtype = model_cfg.dtype
+        if self.options.proposal_top_k > vocab:
+            raise ValueError(f"config.loss.params.{self.needs.topk_proposal.k_option}="
+                             f"{self.options.proposal_top_k}: {self.loss_name.upper()} top-K "
+                             f"exceeds the model's vocabulary ({vocab})")
+        self.tx = make_optimizer(ocfg, params)
+        self.kernel_impl = kernel_impl
+        if old_logp_mode == "auto":
+            old_logp_mode = "shortcut" if ocfg.updates_per_batch == 1 else "recompute"
+        self.old_logp_mode = old_logp_mode
+        self.mesh = mesh
+        # Learners of equal configuration share their jitted functions (and so their compiled
+        # code): a demo or sweep building one trainer per run compiles the step once.
+        key = (graphdef, repr(lcfg), repr(ocfg), self.variant, old_logp_mode, kernel_impl)
+        if key not in _JITTED:
+            _JITTED[key] = (jax.jit(self._stats_impl, static_argnums=(3,)),
+                            jax.jit(self._topk_impl, static_argnums=(3, 4)),
+                            jax.jit(self._update_impl, donate_argnums=(0,)))
+        # the jitted programs (the statistics passes and `tseeds compile` lower them directly)
+        self.stats_pass, self.topk_pass, self.update_pass = _JITTED[key]
+
+    @property
+    def needs_old_logp(self) -> bool:
+        return self.old_logp_mode == "recompute"
+
+    @property
+    def proposal_top_k(self) -> int:
+        """K of the loss's top-K proposal (SIS); 0 when the loss has none."""
+        return self.options.proposal_top_k
+
+    def init_state(self, params) -> TrainState:
+        return TrainState(params=params, opt_state=self.tx.init(params),
+                          step=jnp.zeros((), jnp.int32))
+
+    def initial_controller_state(self):
+        """The loss's cross-step controller state (adaptive STARE), or None when it has none or
+        it is switched off."""
+        if self.options.controller_on:
+            return self.needs.controller.initial(self.hparams)
+        return None
+
+    # ---- no-grad statistics (refresh, recompute, reference) ----
+    def _stats_impl(self, params, tokens_BT, attn_mask_BT, response_width):
+        logp, ent = token_stats(self.graphdef, params, tokens_BT, attn_mask_BT, response_width,
+                                self.kernel_impl)
+        return jax.lax.stop_gradient(logp), jax.lax.stop_gradient(ent)
+
+    def stats(self, params, tokens_BT, attn_mask_BT, response_width: int):
+        """(logp_BR, entropy_BR) as numpy, e.g. behavior log-probs at refresh time."""
+        logp, ent = self.stats_pass(params, jnp.asarray(tokens_BT), jnp.asarray(attn_mask_BT),
+                                int(response_width))
+        return np.asarray(logp), np.asarray(ent)
+
+    def _topk_impl(self, params, tokens_BT, attn_mask_BT, response_width, k):
+        h, w, _ = response_hidden(self.graphdef, jax.lax.stop_gradient(params), tokens_BT,
+                                  attn_mask_BT, response_width)
+        b, r, d = h.shape
+        ids, lp, _ = topk_logprobs(h.reshape(-1, d), w, k)
+        return ids.reshape(b, r, k), lp.reshape(b, r, k)
+
+    def topk(self, params, tokens_BT, attn_mask_BT, response_width: int, k: int | None = None):
+        """(ids_BRK int32, logp_BRK float32) numpy: the policy's top-K at every response position."""
+        k = k or self.proposal_top_k
+        ids, lp = self.topk_pass(params, jnp.asarray(tokens_BT), jnp.asarray(attn_mask_BT),
+                             int(response_width), int(k))
+        return np.asarray(ids), np.asarray(lp)
+
+    # ---- the update ----
+    def _old_logp(self, logp, mb: LearnerBatch):
+        seed = mb.seed_mask_BR * mb.resp_mask_BR
+        cont_old = (jax.lax.stop_gradient(logp) if self.old_logp_mode == "shortcut"
+                    else mb.old_logp_BR)
+        # Seed tokens keep their cached behavior log-probs: never the on-policy shortcut there.
+        return losses.mix_old_logp(seed, mb.behavior_logp_BR, cont_old)
+
+    def _sis_inputs(self, h_BRD, w_DV, mb: LearnerBatch):
+        """SIS LossInputs fields: proposal top-K log-probs, current log-probs there, membership."""
+        k = self.proposal_top_k
+        b, r, d = h_BRD.shape
+        sg = jax.lax.stop_gradient
+        ids_b = mb.topk_ids_BRK.reshape(-1, k)
+        valid = (mb.topk_valid_BR * mb.resp_mask_BR).reshape(-1, 1) > 0
+        if self.old_logp_mode == "shortcut":
+            # pi_old = the current parameters: their own top-K where the batch has no proposal.
+            own_ids, own_lp, cur_b = topk_logprobs(sg(h_BRD).reshape(-1, d), sg(w_DV), k,
+                                                   gather_ids_NK=ids_b)
+            ids = jnp.where(valid, ids_b, own_ids)
+            old_k = jnp.where(valid, mb.topk_logp_BRK.reshape(-1, k), own_lp)
+            cur_k = jnp.where(valid, cur_b, own_lp)
+            known = jnp.ones_like(valid)
+        else:
+            cur_k = gather_logprobs(sg(h_BRD).reshape(-1, d), sg(w_DV), ids_b)
+            ids, old_k, known = ids_b, mb.topk_logp_BRK.reshape(-1, k), valid
+            cur_k = jnp.where(valid, cur_k, old_k)  # unknown rows: finite placeholders
+        targets = mb.tokens_BT[:, -r:].reshape(-1, 1)
+        in_topk = jnp.any(ids == targets, axis=-1) & known[:, 0]
+        return dict(topk_old_logp_BTK=old_k.reshape(b, r, k),
+                    topk_cur_logp_BTK=cur_k.reshape(b, r, k),
+                    target_in_topk_BT=in_topk.reshape(b, r).astype(jnp.float32))
+
+    def _micro_loss(self, params, mb: LearnerBatch, dens, first, extra=None):
+        extra = extra or {}
+        r = mb.response_width
+        logp, ent, h_BRD, w_DV = token_stats(self.graphdef, params, mb.tokens_BT, mb.attn_mask_BT,
+                                             r, self.kernel_impl, with_hidden=True)
+        resp, seed = mb.resp_mask_BR, mb.seed_mask_BR * mb.resp_mask_BR
+        old = self._old_logp(logp, mb)
+        loss_mask = losses.seed_loss_mask(resp, seed, self.variant)
+        needs, opt = self.needs, {}
+        if needs.topk_proposal:
+            opt.update(self._sis_inputs(h_BRD, w_DV, mb), uniforms_BT=extra["uniforms"])
+        if needs.selection and "selection" in extra:
+            opt["selection_BT"] = extra["selection"]
+        if needs.entropy_prepass:
+            if "entropy_mean" in extra:
+                opt["entropy_mean"] = extra["entropy_mean"]
+            else:  # single update, single micro-batch: this forward is the pre-update pass
+                opt["entropy_mean"] = _token_mean(jax.lax.stop_gradient(ent), resp)
+        if needs.controller:
+            opt["controller_state"] = extra.get("controller_state")
+        if mb.tis_weight_BR is not None:
+            opt["tis_weight_BT"] = mb.tis_weight_BR
+        inputs = losses.LossInputs.create(
+            logp, old, mb.advantages_B, loss_mask, seed_mask_BT=seed,
+            entropy_BT=ent, ref_logp_BT=mb.ref_logp_BR if self.lcfg.kl_coef else None,
+            behavior_logp_BT=mb.behavior_logp_BR, **opt)
+        out = self.spec(inputs, self.hparams, denominators=dens)
+        adv_BR = jnp.broadcast_to(mb.advantages_B[:, None], logp.shape)
+        diag = _diagnostics(jax.lax.stop_gradient(logp), old, jax.lax.stop_gradient(ent), adv_BR,
+                            resp, seed, mb.sampler_logp_BR, self.diag_clip, first)
+        return out.loss, (out, diag)
+
+    def _nograd_logp_ent(self, params, mbs_XB):
+        """(logp, entropy) [X, b, R] of stacked micro-batches, no gradient (lax.map over X)."""
+        def one(mb):
+            return self._stats_impl(params, mb.tokens_BT, mb.attn_mask_BT, mb.response_width)
+
+        return jax.lax.map(one, mbs_XB)
+
+    def _minibatch_selection(self, params, mb_UB, entropy_mean, controller_state):
+        """The loss's selection [U, b, R] over the whole mini-batch (no gradient)."""
+        logp_UBR, _ = self._nograd_logp_ent(params, mb_UB)
+        flat = lambda x: x.reshape((-1,) + x.shape[2:])
+        mb = jax.tree_util.tree_map(flat, mb_UB)
+        logp = flat(logp_UBR)
+        resp, seed = mb.resp_mask_BR, mb.seed_mask_BR * mb.resp_mask_BR
+        mask = losses.seed_loss_mask(resp, seed, self.variant)
+        adv = jnp.broadcast_to(mb.advantages_B[:, None], logp.shape)
+        sel = self.needs.selection.fn(logp, self._old_logp(logp, mb), adv, mask, self.hparams,
+                                      entropy_mean=entropy_mean, state=controller_state)
+        return sel.reshape(logp_UBR.shape)
+
+    def _update_impl(self, state: TrainState, batch: LearnerBatch, rng, controller_state):
+        """All optimizer updates of one batch: epochs x mini-batches, micro-batches accumulated."""
+        o = self.ocfg
+        n = batch.tokens_BT.shape[0]
+        mini = n // o.mini_batches
+        micro = o.micro_batch_size or mini
+        n_micro = mini // micro
+        split = lambda x: x.reshape((o.mini_batches, n_micro, micro) + x.shape[1:])
+        batches = jax.tree_util.tree_map(split, batch)
+        grad_fn = jax.grad(self._micro_loss, has_aux=True)
+        r = batch.response_width
+        needs = self.needs
+        entropy_mean = None
+        accum = (grad_accum.ShardedAccumulator(state.params, micro, self.compute_dtype)
+                 if o.grad_reduce == "update" else None)
+        per_update = accum is not None and accum.active
+        if needs.entropy_prepass and (o.updates_per_batch * n_micro > 1 or per_update):
+            # Batch token-mean entropy of the pre-update pass (per-shard gradients see a shard's
+            # rows only, so their forward is not that pass either).
+            flat_mbs = jax.tree_util.tree_map(
+                lambda x: x.reshape((-1,) + x.shape[2:]), batches)
+            _, ent = self._nograd_logp_ent(state.params, flat_mbs)
+            entropy_mean = _token_mean(ent, flat_mbs.resp_mask_BR)
+        # Per-shard gradients see a shard's rows only: batch-coupled selections come first.
+        whole_minibatch = needs.selection is not None and (n_micro > 1 or per_update)
+
+        def one_update(carry, mb_UB):
+            params, opt_state, k = carry
+            resp_U = mb_UB.resp_mask_BR
+            mask = losses.seed_loss_mask(resp_U.reshape(-1, resp_U.shape[-1]),
+                                         (mb_UB.seed_mask_BR * resp_U).reshape(-1, resp_U.shape[-1]),
+                                         self.variant)
+            dens = losses.agg_denominators(mask, loss_scale=self.loss_scale)
+            first = (k == 0).astype(jnp.float32)
+            extra = {}
+            if entropy_mean is not None:
+                extra["entropy_mean"] = entropy_mean
+            if controller_state is not None:
+                extra["controller_state"] = controller_state
+            if whole_minibatch:
+                extra["selection"] = self._minibatch_selection(params, mb_UB, entropy_mean,
+                                                               controller_state)
+            if needs.topk_proposal:
+                u = jax.random.uniform(jax.random.fold_in(rng, k), (n_micro * micro, r))
+                extra["uniforms"] = u.reshape(n_micro, micro, r)
+            per_micro = {key: v for key, v in extra.items() if key in ("selection", "uniforms")}
+            shared = {key: v for key, v in extra.items() if key not in per_micro}
+
+            if per_update:
+                def micro_step(acc_S, xs):
+                    mb, pm = xs
+                    g_S, aux_S = accum.grads(grad_fn, params, mb, shared, pm, dens, first)
+                    return accum.add(acc_S, g_S), aux_S
+
+                acc_S, auxs = jax.lax.scan(micro_step, accum.zeros(params), (mb_UB, per_micro))
+                grads = accum.reduce(acc_S, params)
+            else:
+                def micro_step(acc, xs):
+                    mb, pm = xs
+                    g, aux = grad_fn(params, mb, dens, first, {**shared, **pm})
+                    return jax.tree_util.tree_map(jnp.add, acc, g), aux
+
+                zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
+                grads, auxs = jax.lax.scan(micro_step, zeros, (mb_UB, per_micro))
+            updates, opt_state = self.tx.update(grads, opt_state, params)
+            params = optax.apply_updates(params, updates)
+            return (params, opt_state, k + 1), (auxs, optax.tree.norm(grads))
+
+        def one_epoch(carry, _):
+            return jax.lax.scan(one_update, carry, batches)
+
+        (params, opt_state, _), (auxs, gnorms) = jax.lax.scan(
+            one_epoch, (state.params, state.opt_state, jnp.zeros((), jnp.int32)), None,
+            length=o.epochs)
+        metrics = _reduce_metrics(auxs, gnorms)
+        if needs.entropy_prepass:
+            if entropy_mean is not None:
+                ent_mean = entropy_mean
+            else:  # the single micro-batch's own forward was the pre-update pass
+                ent_sum, ent_count = auxs[1][0]["entropy/all"]
+                ent_mean = jnp.sum(ent_sum) / jnp.maximum(jnp.sum(ent_count), 1.0)
+            metrics.update(needs.entropy_prepass.metrics(ent_mean, self.hparams))
+        new_state = TrainState(params=params, opt_state=opt_state,
+                               step=state.step + o.updates_per_batch)
+        return new_state, metrics
+
+    def update(self, state: TrainState, batch: LearnerBatch, *, rng=None, controller_state=None):
+        """One batch of updates. rng: a PRNG key (top-K proposal uniforms; default key 0).
+        controller_state: the loss's controller state (`initial_controller_state`), or None."""
+        batch = jax.tree_util.tree_map(jnp.asarray, batch)
+        if self.mesh is not None:
+            batch = shard_batch(batch, self.mesh)
+        if self.needs.topk_proposal and batch.topk_ids_BRK is None:
+            raise ValueError(f"loss {self.loss_name!r} needs a batch built with top_k "
+                             f"(build_batch(top_k=K))")
+        rng = jax.random.PRNGKey(0) if rng is None else rng
+        return self.update_pass(state, batch, rng, controller_state)
+
+
+def _token_mean(values, mask):
+    return jnp.sum(values * mask) / jnp.maximum(jnp.sum(mask), 1.0)
+
+
+def _reduce_metrics(auxs, gnorms):
+    """Aggregates the per-micro-batch outputs of all updates exactly (sums / counts)."""
+    out, (diag, extremes, profiles) = auxs
+    metrics = {}
+    for key, s in out.metric_sums.items():
+        c = jnp.sum(out.metric_counts[key])
+        metrics[key] = jnp.where(c > 0, jnp.sum(s) / jnp.where(c > 0, c, 1.0), 0.0)
+    # Loss shares add up to one loss per update; report the mean over updates.
+    n_updates = gnorms.size
+    metrics["loss"] = jnp.sum(out.loss) / n_updates
+    for key, v in out.terms.items():
+        metrics[key] = jnp.sum(v) / n_updates
+    for key, (s, c) in diag.items():
+        c = jnp.sum(c)
+        metrics[key] = jnp.where(c > 0, jnp.sum(s) / jnp.where(c > 0, c, 1.0), jnp.nan)
+    for key, v in extremes.items():
+        red = jnp.max(v) if "max" in key else jnp.min(v)
+        metrics[key] = jnp.where(jnp.isfinite(red), red, jnp.nan)
+    metrics["grad_norm"] = jnp.mean(gnorms)
+    count = jnp.sum(profiles["pos_count"], axis=tuple(range(profiles["pos_count"].ndim - 1)))
+    for key in ("pos_entropy", "pos_clipfrac", "pos_seedfrac"):
+        s = jnp.sum(profiles[key], axis=tuple(range(profiles[key].ndim - 1)))
+        metrics[key] = jnp.where(count > 0, s / jnp.maximum(count, 1.0), jnp.nan)
+    metrics["pos_count"] = count
+    return metrics

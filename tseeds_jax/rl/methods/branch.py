@@ -1,0 +1,130 @@
+"""FR3E and CURE: branches from high-entropy tokens of the step's own first-pass rollouts.
+
+A group of G samples is `base` first-pass rollouts of the current policy plus G - base branch
+rollouts. Branches restart at `points` anchors: anchor a cuts first-pass rollout a % base before
+one of its highest-entropy tokens (`seeds/truncation.py` EntropyTruncation, entropies of the
+learner under the current policy), so the branch re-samples that token and everything after it.
+Each anchor gets (G - base) / points branches. The prefix before the anchor is the policy's own
+on-policy text and is trained with the branch (seed tokens carry the current log-probs, ratio 1).
+
+FR3E scales a branch's advantage by exp(-beta (V(anchor) - V(prompt))): V(anchor) the mean reward
+of the anchor's branches, V(prompt) the mean reward of the group's first-pass rollouts. Anchors
+that already lead to success get smaller updates, anchors whose branches lose value larger ones
+(our reading of FR3E's value-based advantage modulation; docs/restart_methods.md).
+
+CURE branches the same way without the factor for the first `stage1_frac` of the run's steps,
+then trains plain on-policy DAPO. The branches need the first pass's rewards, so this method
+scores its samples itself (the collection tail does not score them again). One host
+(config/compat.py).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+
+from tseeds_jax.rl.config.checks import branch_split
+from tseeds_jax.rl.methods.base import OnPolicy
+from tseeds_jax.rl.rollout import streams
+from tseeds_jax.rl.rollout.source import Plan, Policy, StepInfo
+from tseeds_jax.seeds.truncation import EntropyTruncation
+
+
+@dataclasses.dataclass(frozen=True)
+class Anchor:
+    rollout: int  # first-pass rollout index within the group
+    cut: int  # prefix length: response tokens [0, cut) are kept, the branch writes from `cut`
+
+
+def anchors(lengths, entropy_NR, points: int, top_k: int, rng: np.random.Generator) -> list[Anchor]:
+    """`points` anchors over a group's first-pass rollouts (lengths[i] tokens, entropies row i)."""
+    rule = EntropyTruncation(k=top_k)
+    out = []
+    for a in range(points):
+        i = a % len(lengths)
+        out.append(Anchor(i, rule.seed_length(int(lengths[i]), entropy_NR[i], rng)))
+    return out
+
+
+def fr3e_factors(base_rewards, branch_rewards_AM, beta: float) -> np.ndarray:
+    """[A, M] advantage factors of the branches of A anchors (M each): exp(-beta (V_a - V_0))."""
+    v0 = float(np.mean(base_rewards))
+    branch = np.asarray(branch_rewards_AM, np.float64)
+    va = branch.mean(axis=1, keepdims=True)
+    return np.broadcast_to(np.exp(-beta * (va - v0)), branch.shape).copy()
+
+
+class Branched(OnPolicy):
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.cfg, self.rs = ctx.cfg, ctx.cfg.restart
+        self.last: dict[str, float] = {}  # this step's restart/* metrics
+
+    def _stage2(self, j: int) -> bool:  # CURE's second stage: plain DAPO
+        return self.rs.method == "cure" and j >= round(self.rs.stage1_frac * self.cfg.steps)
+
+    def plan(self, j: int, policy: Policy, info: StepInfo) -> Plan:
+        if self._stage2(j):
+            self.last = {"restart/stage": 2.0}
+            return super().plan(j, policy, info)
+        prompts, refs = self.ctx.prompts.take(self.ctx.b)
+        return Plan(prompts, refs, 0,
+                    stream=streams.method_seed(self.cfg.seed, j, streams.FIRST_PASS))
+
+    def generate(self, plan: Plan, j: int, policy: Policy, info: StepInfo) -> list:
+        if self._stage2(j):
+            return super().generate(plan, j, policy, info)
+        ctx, c, rs = self.ctx, self.cfg, self.rs
+        b, g, r = ctx.b, ctx.g, ctx.r
+        base, per = branch_split(g, rs.branch_base, rs.branch_points)
+        t0 = time.perf_counter()
+        first = ctx.generate(policy, plan, group_size=base)
+        ctx.score(first)
+        tokens, attn = ctx.stats.sequences(first)
+        logp, ent = ctx.stats.logp_entropy(policy.stats, tokens, attn, r)
+        rng = np.random.default_rng(streams.method_seed(c.seed, j, streams.ANCHOR))
+        seed_ids, seed_logp, cuts = [], [], []
+        for k in range(b):
+            rows = range(k * base, (k + 1) * base)
+            lengths = [len(first[i].cont_ids) for i in rows]
+            for a in anchors(lengths, ent[k * base : (k + 1) * base], rs.branch_points,
+                             rs.branch_top_k, rng):
+                src = first[k * base + a.rollout]
+                for _ in range(per):
+                    seed_ids.append(list(src.cont_ids[: a.cut]))
+                    seed_logp.append(logp[k * base + a.rollout, : a.cut].copy())
+                    cuts.append(a.cut / max(len(src.cont_ids), 1))
+        nb = g - base
+        branches = ctx.generate(policy, Plan(
+            plan.prompts, plan.references, 0, seeds=(seed_ids, seed_logp),
+            stream=streams.method_seed(c.seed, j, streams.BRANCH)), group_size=nb)
+        ctx.score(branches)
+        samples = []
+        for k in range(b):
+            mine = branches[k * nb : (k + 1) * nb]
+            f = np.ones(nb)
+            if rs.method == "fr3e":
+                f = fr3e_factors([s.reward for s in first[k * base : (k + 1) * base]],
+                                 np.array([s.reward for s in mine]).reshape(-1, per),
+                                 rs.value_beta).reshape(-1)
+            for s, factor in zip(mine, f.tolist()):
+                s.adv_factor = factor
+            samples += first[k * base : (k + 1) * base] + mine
+        for i, s in enumerate(samples):
+            s.group = i // g
+        # generation, its statistics pass and the scoring the branches need: all rollout time
+        info.rollout_s += time.perf_counter() - t0
+        info.scored = True
+        factors = [s.adv_factor for s in samples]
+        self.last = {"restart/stage": 1.0, "restart/branch_frac": nb / g,
+                     "restart/branch_cut_ratio": float(np.mean(cuts)) if cuts else 0.0,
+                     "restart/branch_reward": float(np.mean([s.reward for s in branches]))
+                     if branches else 0.0,
+                     "restart/first_pass_reward": float(np.mean([s.reward for s in first])),
+                     "restart/adv_factor_mean": float(np.mean(factors))}
+        return samples
+
+    def sample_metrics(self, samples):
+        return dict(self.last)
