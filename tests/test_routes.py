@@ -65,9 +65,19 @@ def test_route_runs_two_steps_behind_the_seam(tmp_path, route):
     history = tr.run()
     assert len(history) == 2
     for m in history:
+        missing = [k for k in CORE_METRICS if k not in m]
+        assert not missing, f"{route}: no {missing}"
         assert np.isfinite(m["loss"]) and m["num_samples"] == 8
-        assert m["generated_tokens"] > 0
+        assert m["generated_tokens"] > 0 and 0 < m["slot_occupancy"] <= 1
+        # one of the two all-equal shares names the batch's source (seeded or on-policy)
+        assert {"zero_adv_group_frac/onpolicy", "zero_adv_group_frac/seeded"} & set(m)
     KEYS[route] = {k for m in history for k in m if k in CORE_METRICS}
+
+
+@pytest.mark.slow
+def test_every_route_writes_the_same_core_metrics():
+    assert len(KEYS) == len(ROUTES), "runs after the route runs (same file, same worker)"
+    assert all(keys == set(CORE_METRICS) for keys in KEYS.values()), KEYS
 
 
 def test_combination_table_refuses_its_refused_pairs_naming_both_fields(tmp_path):

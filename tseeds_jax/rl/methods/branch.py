@@ -27,7 +27,7 @@ import numpy as np
 
 from tseeds_jax.rl.config.checks import branch_split
 from tseeds_jax.rl.methods.base import OnPolicy
-from tseeds_jax.rl.rollout import streams
+from tseeds_jax.rl.rollout import stats, streams
 from tseeds_jax.rl.rollout.source import Plan, Policy, StepInfo
 from tseeds_jax.seeds.truncation import EntropyTruncation
 
@@ -117,6 +117,11 @@ class Branched(OnPolicy):
         # generation, its statistics pass and the scoring the branches need: all rollout time
         info.rollout_s += time.perf_counter() - t0
         info.scored = True
+        used, spent = (sum(x) for x in zip(stats.occupancy([len(s.cont_ids) for s in first],
+                                                           c.hardware.sampler_slots),
+                                           stats.occupancy([len(s.cont_ids) for s in branches],
+                                                           c.hardware.sampler_slots)))
+        info.slot_occupancy = used / max(spent, 1)
         factors = [s.adv_factor for s in samples]
         self.last = {"restart/stage": 1.0, "restart/branch_frac": nb / g,
                      "restart/branch_cut_ratio": float(np.mean(cuts)) if cuts else 0.0,

@@ -85,11 +85,6 @@ class Prefixed(OnPolicy):
                           "restart/pool_tokens": float(tokens)}
         return tokens
 
-    def generate(self, plan, j, policy, info):
-        samples = super().generate(plan, j, policy, info)
-        info.slot_occupancy = None  # not reported by the restart methods (as before)
-        return samples
-
     def sample_metrics(self, samples):
         out = {**self.last, **self.last_pool}
         self.last_pool = {}

@@ -61,8 +61,7 @@ def build_source(cfg, ctx: SourceContext, *, traces=None, lag: int | None = None
     method = build_method(cfg, ctx, traces)
     # Overlap on several hosts: the worker thread makes no collective call; the batch-wide
     # statistics of its batches are gathered by the main thread (Lagged.next).
-    finish = Finish(ctx, method, defer_collective=cfg.stale.overlap and not ctx.hosts.single,
-                    feedback=not cfg.stale.partial_tokens or cfg.seeded)
+    finish = Finish(ctx, method, defer_collective=cfg.stale.overlap and not ctx.hosts.single)
     if cfg.stale.partial_tokens:
         stand_in = ctx.hosts.single and type(method) is OnPolicy
         source: BatchSource = PoolSource(_pool(cfg, ctx), method, finish, ctx, stand_in=stand_in)

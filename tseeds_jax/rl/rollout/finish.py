@@ -22,11 +22,10 @@ from tseeds_jax.rl.run import hosts as hosts_lib
 
 
 class Finish:
-    def __init__(self, ctx, method, *, defer_collective: bool = False, feedback: bool = True):
+    def __init__(self, ctx, method, *, defer_collective: bool = False):
         """method: the route's method (rl/methods/base.py): `after_scoring`, `topup`,
         `sample_metrics`. defer_collective: leave step 3 to `collective` (StepInfo.pending)."""
         self.ctx, self.method, self.defer = ctx, method, defer_collective
-        self.feedback = feedback  # the partial pool without refresh cycles skipped it (as before)
 
     def __call__(self, samples, info: StepInfo, policy: Policy, step: int):
         """(samples, info) of batch `step`, finished."""
@@ -57,9 +56,8 @@ class Finish:
             info.slot_occupancy = info.metrics.pop("slot_occupancy")
         groups = stats.group_stats(stats.gather_samples(samples, hosts), g)
         info.metrics.update(groups)
-        if self.feedback:
-            info.metrics.update(self.method.after_scoring(samples, step,
-                                                          groups.get("zero_adv_group_frac")))
+        info.metrics.update(self.method.after_scoring(samples, step,
+                                                      groups.get("zero_adv_group_frac")))
 
     def _filter_groups(self, policy: Policy, step: int, samples, info: StepInfo):
         """DAPO dynamic sampling: keep groups with unequal rewards; top up with on-policy groups.
