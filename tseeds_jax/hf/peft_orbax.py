@@ -59,8 +59,13 @@ def _shapes(adapters) -> tuple[int, dict[str, list[int]]]:
 def save_adapter_checkpoint(adapters, lcfg: LoraConfig, out_dir: str | os.PathLike, *,
                             base_model_name_or_path: str | None = None,
                             overwrite: bool = False) -> Path:
-    """Writes an adapter checkpoint folder (layout in the module doc)."""
+    """Writes an adapter checkpoint folder (layout in the module doc); the adapters' dtype must
+    be `lcfg.param_dtype` (what a restore asks for)."""
     n, feats = _shapes(adapters)
+    dtypes = sorted({st.dtype_name(x.dtype) for x in jax.tree.leaves(adapters)})
+    if dtypes != [lcfg.param_dtype]:
+        raise ValueError(f"adapters have dtype(s) {dtypes}, but lora_config.param_dtype is "
+                         f"{lcfg.param_dtype!r}")
     meta = {"format": FORMAT, "version": VERSION, "lora_config": dataclasses.asdict(lcfg),
             "layers": n, "features": feats, "base_model_name_or_path": base_model_name_or_path}
     with atomic_output_dir(out_dir, overwrite=overwrite) as tmp:
