@@ -5,11 +5,14 @@
     python tools/compare_runs.py run --tree . --out /tmp/runs_new
     # every metric the old run wrote must be equal in the new one (time keys aside)
     python tools/compare_runs.py compare /tmp/runs_old /tmp/runs_new [--changed KEY ...]
+    # the same for two `tseeds demo` output folders (every run's metrics.jsonl and eval.json)
+    python tools/compare_runs.py compare runs/demo_before runs/demo_after
 
 `run` starts `python -m tseeds_jax.cli train` with PYTHONPATH=TREE, so the two trees are
-compared on the same machine with the same installed packages. `compare` prints one line per
-config and exits 1 when any old value differs or is missing in the new run; keys named with
-`--changed` (metrics deliberately fixed) are reported but not failed. New keys are allowed.
+compared on the same machine with the same installed packages. `compare` finds every
+metrics.jsonl (and eval.json) under the old folder, prints one line per file and exits 1 when any
+old value differs or is missing in the new one; keys named with `--changed` (metrics deliberately
+fixed) are reported but not failed. New keys are allowed.
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ import sys
 import time
 
 # Wall-clock measurements differ from run to run; every other value must be equal.
-TIME_KEY = re.compile(r"^time_|tokens_per_second$|_seconds?$|^wall")
+TIME_KEY = re.compile(r"^time_|tokens_per_second$|_seconds?$|^wall|_s$")
 
 
 def _configs(tree: str, names: list[str] | None) -> list[str]:
@@ -79,37 +82,79 @@ def _equal(a, b) -> bool:
     return a == b and type(a) is type(b)
 
 
+def _flat(obj, prefix=""):
+    """{dotted key: leaf} of a JSON document."""
+    if isinstance(obj, dict):
+        out = {}
+        for k, v in obj.items():
+            out.update(_flat(v, f"{prefix}{k}."))
+        return out
+    return {prefix[:-1]: obj}
+
+
+def _read(path: str) -> dict[str, dict]:
+    """{row name: {key: value}}: a metrics.jsonl's rows by step, or an eval.json's values."""
+    if path.endswith(".jsonl"):
+        return {f"step {row['step']}": row for row in map(json.loads, open(path))}
+    with open(path) as f:
+        return {"eval": _flat(json.load(f))}
+
+
 def compare(args) -> int:
-    names = sorted(d for d in os.listdir(args.old)
-                   if os.path.exists(os.path.join(args.old, d, "metrics.jsonl")))
+    rows = []
+    names = sorted(os.path.relpath(os.path.join(d, f), args.old)
+                   for d, _, files in os.walk(args.old) for f in files
+                   if f in ("metrics.jsonl", "eval.json"))
     bad = 0
     for name in names:
-        new_path = os.path.join(args.new, name, "metrics.jsonl")
+        new_path = os.path.join(args.new, name)
         if not os.path.exists(new_path):
             print(f"{name}: MISSING in {args.new}")
             bad += 1
             continue
-        old, new = _rows(os.path.join(args.old, name, "metrics.jsonl")), _rows(new_path)
+        old, new = _read(os.path.join(args.old, name)), _read(new_path)
         diffs, changed, compared, added = [], [], 0, set()
-        for step, row in old.items():
-            other = new.get(step, {})
+        for row_name, row in old.items():
+            other = new.get(row_name, {})
             added |= set(other) - set(row)
             for key, value in row.items():
-                if TIME_KEY.search(key):
+                if TIME_KEY.search(key.rpartition(".")[2]):
                     continue
                 compared += 1
                 if key in other and _equal(value, other[key]):
                     continue
                 (changed if key in args.changed else diffs).append(
-                    f"step {step} {key}: {value!r} -> {other.get(key, '<absent>')!r}")
+                    f"{row_name} {key}: {value!r} -> {other.get(key, '<absent>')!r}")
         status = "EQUAL" if not diffs else "DIFFER"
-        print(f"{name}: {status} ({compared} values compared over {len(old)} steps"
+        print(f"{name}: {status} ({compared} values compared over {len(old)} rows"
               + (f"; {len(changed)} in --changed keys" if changed else "")
               + (f"; new keys: {', '.join(sorted(added))}" if added else "") + ")")
         for line in (diffs + changed)[: args.show]:
             print("   ", line)
         bad += bool(diffs)
+        rows.append([f"{args.label}{name}", compared, "equal" if not diffs else "differ",
+                     ", ".join(sorted(added)) or "—"])
+    if args.record:
+        _record(args, rows)
     return 1 if bad else 0
+
+
+def _record(args, rows) -> None:
+    """Adds `rows` to the result record at args.record (created when absent)."""
+    from tseeds_jax import results_record
+
+    if os.path.exists(args.record):
+        rec = results_record.load(args.record)
+        rec["table"]["rows"] += rows
+        rec["command"] += f"; compare {args.old} {args.new}"
+    else:
+        name = os.path.splitext(os.path.basename(args.record))[0]
+        rec = results_record.make(
+            name, args.what, "measured", f"python tools/compare_runs.py compare {args.old} "
+            f"{args.new}", backend="cpu",
+            table={"columns": ["run file", "values compared (timings aside)", "before vs after",
+                               "new keys"], "rows": rows})
+    results_record.write(args.record, rec)
 
 
 def main(argv=None) -> int:
@@ -127,6 +172,9 @@ def main(argv=None) -> int:
     c.add_argument("new")
     c.add_argument("--changed", nargs="*", default=[])
     c.add_argument("--show", type=int, default=8)
+    c.add_argument("--record", default=None, help="add the result to this record (docs/results)")
+    c.add_argument("--label", default="", help="prefix of the record's row names")
+    c.add_argument("--what", default="", help="the record's `what` (a new record)")
     args = p.parse_args(argv)
     return run(args) if args.cmd == "run" else compare(args)
 
