@@ -444,19 +444,21 @@ def test_weak_backend_without_namespaces_hides_the_expected_values_in_memory(use
 
 
 def test_split_keeps_expected_values_out_of_what_enters_the_sandbox():
-    setup, tests = assert_split.split("import math\nX = [1, 2]\nY = 99\nassert f(X) == Y\n"
-                                      "assert 7 == g(1)\nassert abs(h(2) - 0.5) <= 1e-6\n"
-                                      "assert math.isclose(h(3), 2.5, abs_tol=0.1)\nassert not p(4)\n"
-                                      "assert q() is None\n")
-    assert setup == "import math\nX = [1, 2]"  # Y (an expected value) stays outside
-    assert [t.call for t in tests] == ["f(X)", "g(1)", "h(2)", "h(3)", "p(4)", "q()"]
+    sp = assert_split.split("import math\nX = [1, 2]\nY = 99\nassert f(X) == Y\n"
+                            "assert 7 == g(1)\nassert abs(h(2) - 0.5) <= 1e-6\n"
+                            "assert math.isclose(h(3), 2.5, abs_tol=0.1)\nassert not p(4)\n"
+                            "assert q() is None\n")
+    setup = [s.code for s in sp.steps if s.kind == "exec"]
+    tests = [s for s in sp.steps if s.kind == "eval"]
+    assert setup == ["import math", "X = [1, 2]"]  # Y (an expected value) stays outside
+    assert [t.code for t in tests] == ["f(X)", "g(1)", "h(2)", "h(3)", "p(4)", "q()"]
     assert [t.check.kind for t in tests] == ["eq", "eq", "abs_le", "close", "falsy", "is"]
     assert [t.check.expected for t in tests][:4] == [99, 7, 0.5, 2.5]
     assert tests[3].check.abs_tol == 0.1 and tests[2].check.abs_tol == 1e-6
-    _, more = assert_split.split("assert True, 'debug'\nassert set(f(1)) == set((4, 5))\n"
-                                 "assert g(2) == float('inf')\n")
-    assert [(t.call, t.check.expected) for t in more] == [("set(f(1))", {4, 5}), ("g(2)", float("inf"))]
-    sent = json.dumps([setup] + [t.call for t in tests])
+    more = assert_split.split("assert True, 'debug'\nassert set(f(1)) == set((4, 5))\n"
+                              "assert g(2) == float('inf')\n").steps
+    assert [(t.code, t.check.expected) for t in more] == [("set(f(1))", {4, 5}), ("g(2)", float("inf"))]
+    sent = json.dumps([s.code for s in sp.steps])
     assert "99" not in sent and "0.5" not in sent and "2.5" not in sent
     for src in ("for i in range(3):\n    assert f(i) == i\n", "assert f(1) == f(2)\n",
                 "def helper():\n    return 1\nassert f(1) == helper()\n", "assert True\n", "x = f(1)\n"):
@@ -479,10 +481,25 @@ def test_outside_comparison_follows_python_semantics_on_plain_values():
     assert not grading.matches(1, assert_split.Check("is", True))
 
 
-def test_only_one_well_formed_result_frame_counts():
-    assert grading._frame(b'R["ok", ["i", "3"]]\n') == ["ok", ["i", "3"]]
-    for raw in (b"", b'R["ok", ["i", "3"]]', b'R["ok", 3]\nR["ok", 3]\n', b"Rnot json\n", b'R{"a": 1}\n'):
-        assert grading._frame(raw) is None, raw
+def test_only_one_well_formed_result_frame_per_step_counts():
+    sp = assert_split.split("assert add(1, 2) == 3\nassert add(2, 2) == 4\n")
+
+    def outcomes(*frames: bytes) -> list:
+        d = grading.StepDialog(sp, wall_s=4, cpu_s=2, budget_end=time.monotonic() + 30, stop_early=False)
+        for f in frames:
+            d.received(f)
+        d.ended("ok")
+        return [o[0] for o in d.outcomes]
+
+    assert outcomes(b"R[0, 'done']\n", b"R[1, 'ok', 3]\n", b"R[2, 'ok', 4]\n") == ["correct", "correct"]
+    assert outcomes(b"R[0, 'done']\nR[1, 'ok', 3]\nR[2, 'ok', 4]\n") == ["correct", "correct"]  # one chunk
+    start = [b"R[0, 'done']\n", b"R[1, 'ok', 3]\n"]
+    for frames, want in (([*start, b"R[1, 'ok', 3]\n"], ["correct", "wrong"]),  # a step answered twice
+                         ([start[0], b"R[2, 'ok', 4]\n"], ["wrong", "no_result"]),  # out of turn
+                         ([*start, b"R{'a': 1}\n"], ["correct", "wrong"]),  # not a frame
+                         ([*start, b"Rnot a literal\n"], ["correct", "wrong"]),
+                         ([*start, b"R[2, 'ok', 4]"], ["correct", "no_result"])):  # never ended
+        assert outcomes(*frames) == want, frames
 
 
 # --- the uid sweep after a killed worker (issue 34: it failed on every kill, silently) ---

@@ -1,40 +1,54 @@
-"""Split assert-style tests into calls (run in the sandbox) and expected values (kept outside).
+"""Split an assert-style test source into the steps run in the sandbox and the expected values
+kept outside (docs/sandbox.md, "Grading").
 
-Understood forms, at the top level of a test source or in the body of HumanEval's
-`def check(candidate): ...` (with `candidate` bound to the name of the top-level `check(NAME)`):
+A source splits when every statement is one of (at the top level, in the body of HumanEval's
+`def check(candidate)` where `check(NAME)` calls it (or the reference names the entry point), or
+under `if __name__ == "__main__":`):
 
-    assert CALL == EXPECTED [, msg]        (either side; also !=)
-    assert abs(CALL - EXPECTED) < TOL      (or <=, either order inside abs)
-    assert math.isclose(CALL, EXPECTED, rel_tol=.., abs_tol=..)   (or isclose(...))
-    assert CALL / assert not CALL          (truthiness)
-    assert CALL is None / is True / is False (and `is not`)
+    assert VALUE == EXPECTED [, msg]      (either side; also !=, <, <=, >, >=, in, not in)
+    assert abs(VALUE - EXPECTED) < TOL    (or <=, either order inside abs)
+    assert math.isclose(VALUE, EXPECTED, rel_tol=.., abs_tol=..)   (math imported by the test)
+    assert VALUE / assert not VALUE       (truthiness of a call of the program)
+    assert VALUE is None / is True / is False (and `is not`)
+    imports, and statements that compute no comparison (`x = f(1)`, `s.push(3)`, `a[0] = 5`)
 
 EXPECTED and TOL are Python literals (`ast.literal_eval`), `set`/`frozenset`/`tuple`/`list`/
-`float`/`complex` of one literal (`set((4, 5))`, `float('inf')`), or names bound to literals at the
-top level. Besides asserts, a splittable source holds only imports and literal assignments (sent into
-the sandbox as `setup` when a call uses them), docstrings, `assert True` (a no-op) and the
-`check(NAME)` line. Anything else
-(loops, helper functions, computed expected values) makes the whole source *unsplittable*: it is
-then run by the checker of `sandbox_harness` (docs/sandbox.md says which guarantee each gets).
+`float`/`complex` of one literal, or names bound to literals earlier in the source (their value at
+that point). VALUE is the program's value as the test reads it: a call of the program (any
+arguments), a name, an attribute or an index of one, or a builtin/imported function applied to
+one (`sorted(f(x))`, `len(f(x))`, `round(f(x), 2)`). Nothing else may compare or combine inside:
+`f(x) - e == 0`, `(f(x) == e) == True`, `f(x) == e and g(y) == d`, chained comparisons,
+`all(...)`/`any(...)` over comprehensions, `isinstance`, `np.allclose`, relative tolerances, loops,
+helper functions and computed expected values make the whole source *unsplittable*: it then runs
+in the checker (`sandbox_checker`), never with its expected values beside the program.
+
+Steps run in source order in one namespace (the program's), so state, mutation and rebinding are
+Python's. A literal bound to a name is sent in at its place, except a name that some assert uses as
+an expected value: that one is sent only just before the first statement that reads it inside, so
+the program never holds it while an earlier assert is answered (and once sent in, it may no longer
+be an expected value).
 """
 
 from __future__ import annotations
 
 import ast
+import builtins
+import copy
 import dataclasses
 import math
 from typing import Any
 
 
 class Unsplittable(ValueError):
-    """The test source is not made only of understood asserts; the message says what is not."""
+    """The test source is not made only of understood statements; the message says what is not."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Check:
-    """How a returned value is judged, outside the sandbox: kind in eq | ne | close (math.isclose
-    with rel_tol, abs_tol) | abs_lt | abs_le (abs(value - expected) < or <= abs_tol) | truthy |
-    falsy | is | is_not; `expected` a plain value."""
+    """How a returned value is judged, outside the sandbox: kind in eq | ne | lt | le | gt | ge |
+    in (value in expected) | not_in | contains (expected in value) | not_contains | close
+    (math.isclose with rel_tol, abs_tol) | abs_lt | abs_le (abs(value - expected) < or <= abs_tol) |
+    truthy | falsy | is | is_not; `expected` a plain value."""
 
     kind: str
     expected: Any = None
@@ -43,24 +57,47 @@ class Check:
 
 
 @dataclasses.dataclass(frozen=True)
-class SplitTest:
-    call: str  # a Python expression evaluated in the program's namespace
-    check: Check
-    source: str  # the assert as written (reports)
+class Step:
+    """One message to the harness: `exec` a statement, or `eval` an expression whose value is
+    judged by `check` outside. `source`: the statement as written (reports)."""
+
+    kind: str
+    code: str
+    check: Check | None = None
+    source: str = ""
 
 
+@dataclasses.dataclass(frozen=True)
+class SplitSource:
+    steps: tuple[Step, ...]
+    entries: tuple[str, ...]  # names the program must define itself (not a builtin of that name)
+
+    @property
+    def asserts(self) -> int:
+        return sum(s.kind == "eval" for s in self.steps)
+
+
+BUILTINS = frozenset(dir(builtins))
 # pure constructors of plain values, applied (here, by our own builtins) to one literal argument:
 # MBPP writes `set((4, 5))`, HumanEval `float('inf')`
 _CONSTRUCTORS = {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list, "float": float,
                  "complex": complex}
+# nodes that compare, branch or build functions: never part of what runs beside the program
+_BANNED = (ast.Compare, ast.BoolOp, ast.IfExp, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
+           ast.GeneratorExp, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)
+_ORDER = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge",
+          ast.In: "in", ast.NotIn: "not_in"}
+_FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne", "in": "contains",
+         "not_in": "not_contains"}
 
 
-def _literal(node: ast.AST, consts: dict) -> tuple[bool, Any]:
-    if isinstance(node, ast.Name) and node.id in consts:
-        return True, consts[node.id]
+def literal(node: ast.AST, consts: dict) -> tuple[bool, Any]:
+    """(True, value) when `node` is a literal, a constructor of one, or a name in `consts`."""
+    if isinstance(node, ast.Name):
+        return (True, consts[node.id]) if node.id in consts else (False, None)
     if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in _CONSTRUCTORS
             and node.func.id not in consts and not node.keywords and len(node.args) <= 1):
-        ok, arg = _literal(node.args[0], consts) if node.args else (True, ())
+        ok, arg = literal(node.args[0], consts) if node.args else (True, ())
         if not ok:
             return False, None
         try:
@@ -73,66 +110,236 @@ def _literal(node: ast.AST, consts: dict) -> tuple[bool, Any]:
         return False, None
 
 
-def _is_isclose(func: ast.AST) -> bool:
-    return (isinstance(func, ast.Name) and func.id == "isclose") or (
-        isinstance(func, ast.Attribute) and func.attr == "isclose"
-        and isinstance(func.value, ast.Name) and func.value.id == "math")
-
-
-def _pair(a: ast.AST, b: ast.AST, consts: dict) -> tuple[ast.AST, Any]:
-    """(call side, expected value) of two operands, one of which must be a literal."""
-    lit_b, vb = _literal(b, consts)
-    if lit_b:
-        return a, vb
-    lit_a, va = _literal(a, consts)
-    if lit_a:
-        return b, va
-    raise Unsplittable(f"neither side is a literal: {ast.unparse(a)} / {ast.unparse(b)}")
-
-
 def _number(v: Any, what: str) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
         raise Unsplittable(f"{what} must be a finite non-negative number, got {v!r}")
     return float(v)
 
 
-def _one(test: ast.AST, consts: dict) -> tuple[ast.AST, Check]:
-    """(call expression, check) of one assert's test expression."""
-    if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        if _literal(test.operand, consts)[0]:
-            raise Unsplittable("a constant assert")
-        return test.operand, Check("falsy")
-    if isinstance(test, ast.Compare) and len(test.ops) == 1:
-        op, left, right = test.ops[0], test.left, test.comparators[0]
-        if isinstance(op, (ast.Eq, ast.NotEq)):
-            call, expected = _pair(left, right, consts)
-            return call, Check("eq" if isinstance(op, ast.Eq) else "ne", expected)
-        if isinstance(op, (ast.Is, ast.IsNot)) and isinstance(right, ast.Constant) and (
-                right.value is None or isinstance(right.value, bool)):
-            return left, Check("is" if isinstance(op, ast.Is) else "is_not", right.value)
+class _Split:
+    """One pass over the statements, in order (see module docstring)."""
+
+    def __init__(self, expected_names: set[str], helpers: frozenset[str]):
+        self.expected_names = expected_names  # names some assert uses as its expected value
+        self.helpers = helpers  # the prompt's helpers: the test's own copy, never the program's
+        self.steps: list[Step] = []
+        self.consts: dict[str, Any] = {}  # literal names, their value here
+        self.unsent: dict[str, str] = {}  # literal names whose current value is not inside yet
+        self.sent: set[str] = set()  # literal names whose value the program may have seen
+        self.bound: set[str] = set()  # names the test binds inside (imports, computed values)
+        self.modules: dict[str, str] = {}  # names of modules the test imported -> module
+        self.program_calls: list[str] = []  # callee names outside the test's own
+
+    # --- what may run inside ---
+    def _wrapper(self, func: ast.AST) -> bool:
+        """A builtin or a function of a module the test imported (not the program's code)."""
+        root = func
+        while isinstance(root, ast.Attribute):
+            root = root.value
+        if not isinstance(root, ast.Name):
+            return False
+        if root is func:
+            return root.id in BUILTINS and root.id not in self.bound and root.id not in self.consts
+        return root.id in self.modules
+
+    def value(self, node: ast.AST, what: str) -> None:
+        """Raise Unsplittable unless `node` is a program value as the module docstring defines it."""
+        bad = next((n for n in ast.walk(node) if isinstance(n, _BANNED)), None)
+        if bad is not None:
+            raise Unsplittable(f"{what} compares or branches inside: {ast.unparse(node)[:120]}")
+        self._top(node, what)
+
+    def _top(self, node: ast.AST, what: str) -> None:
+        if isinstance(node, (ast.Name, ast.Constant)):
+            return None
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+            for e in node.elts:
+                self._top(e, what)
+            return None
+        if isinstance(node, ast.Dict):
+            for e in [*node.keys, *node.values]:
+                if e is None:
+                    raise Unsplittable(f"{what}: ** in a dict display")
+                self._top(e, what)
+            return None
+        if isinstance(node, (ast.Attribute, ast.Subscript)):
+            return self._top(node.value, what)
+        if isinstance(node, ast.Call):
+            if not self._wrapper(node.func):
+                if isinstance(node.func, ast.Name):
+                    self.program_calls.append(node.func.id)
+                return self._top(node.func, what)
+            if isinstance(node.func, ast.Name):
+                self.program_calls.append(node.func.id)  # `sum(...)`: the program's if it has one
+            for a in [*node.args, *(k.value for k in node.keywords)]:
+                if isinstance(a, ast.Starred) or not (literal(a, {})[0] or self._ok_top(a, what)):
+                    raise Unsplittable(f"{what}: argument not understood: {ast.unparse(a)[:120]}")
+            return None
+        raise Unsplittable(f"{what} combines values inside: {ast.unparse(node)[:120]}")
+
+    def _ok_top(self, node: ast.AST, what: str) -> bool:
+        try:
+            self._top(node, what)
+        except Unsplittable:
+            return False
+        return True
+
+    def _reads(self, node: ast.AST) -> None:
+        """Names read inside: helpers refused, literal names sent in first when needed."""
+        for n in ast.walk(node):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+                if n.id in self.helpers and n.id not in self.bound:
+                    raise Unsplittable(f"uses the prompt's helper {n.id!r} (the test's own copy)")
+                if n.id in self.unsent:
+                    self.steps.append(Step("exec", self.unsent.pop(n.id), source=f"{n.id} = ..."))
+                if n.id in self.consts:
+                    self.sent.add(n.id)
+
+    def expected(self, node: ast.AST) -> tuple[bool, Any]:
+        """A literal, or a literal name not sent in yet (once inside, the program may have changed
+        it: Python would compare with the changed object, so such an assert is not split)."""
+        if isinstance(node, ast.Name) and node.id in self.sent:
+            return False, None
+        return literal(node, self.consts)
+
+    # --- statements ---
+    def statement(self, stmt: ast.stmt) -> None:
+        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
+            for a in stmt.names:
+                name = (a.asname or a.name).split(".")[0]
+                self.bound.add(name)
+                self._forget(name)
+                self.modules[name] = a.name if isinstance(stmt, ast.Import) else f"{stmt.module}.{a.name}"
+            self.steps.append(Step("exec", ast.unparse(stmt), source=ast.unparse(stmt)))
+        elif isinstance(stmt, ast.Pass) or _is_docstring(stmt):
+            pass
+        elif isinstance(stmt, ast.Assert):
+            self.assertion(stmt)
+        elif (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
+              and isinstance(stmt.targets[0], ast.Name) and literal(stmt.value, {})[0]):
+            name = stmt.targets[0].id
+            self._forget(name)
+            self.consts[name] = literal(stmt.value, {})[1]
+            if name in self.expected_names:
+                self.unsent[name] = ast.unparse(stmt)  # sent just before something reads it
+            else:
+                self.steps.append(Step("exec", ast.unparse(stmt), source=ast.unparse(stmt)))
+                self.sent.add(name)
+        elif isinstance(stmt, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Expr, ast.Delete)):
+            self.setup(stmt)
+        else:
+            raise Unsplittable(f"statement not understood: {ast.unparse(stmt)[:120]}")
+
+    def _forget(self, name: str) -> None:
+        self.consts.pop(name, None)
+        self.unsent.pop(name, None)
+        self.sent.discard(name)
+
+    def setup(self, stmt: ast.stmt) -> None:
+        targets = (stmt.targets if isinstance(stmt, ast.Assign) else [] if isinstance(stmt, ast.Expr)
+                   else stmt.targets if isinstance(stmt, ast.Delete) else [stmt.target])
+        value = getattr(stmt, "value", None)
+        if value is not None:
+            self.value(value, "a statement")
+        for t in targets:
+            self.value(t, "an assignment target") if not isinstance(t, (ast.Tuple, ast.List)) else [
+                self.value(e, "an assignment target") for e in t.elts]
+        self._reads(stmt)
+        for n in ast.walk(stmt):
+            if isinstance(n, ast.Name) and isinstance(n.ctx, (ast.Store, ast.Del)):
+                self._forget(n.id)
+                self.bound.add(n.id)
+        self.steps.append(Step("exec", ast.unparse(stmt), source=ast.unparse(stmt)))
+
+    def assertion(self, stmt: ast.Assert) -> None:
+        test = stmt.test
+        const, v = literal(test, self.consts)
+        if const:
+            if v:
+                return  # HumanEval's `assert True, "..."`: a no-op
+            raise Unsplittable("a constant false assert")
+        value, check = self._form(test)
+        self._reads(value)
+        self.steps.append(Step("eval", ast.unparse(value), check, ast.unparse(stmt)))
+
+    def _form(self, test: ast.AST) -> tuple[ast.AST, Check]:
+        if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
+            self._truthy(test.operand)
+            return test.operand, Check("falsy")
+        if isinstance(test, ast.Compare) and len(test.ops) == 1:
+            return self._compare(test.ops[0], test.left, test.comparators[0], test)
+        if isinstance(test, ast.Call) and self._is_isclose(test.func) and len(test.args) == 2:
+            value, want = self._pair(test.args[0], test.args[1])
+            tols = {"rel_tol": 1e-9, "abs_tol": 0.0}
+            for kw in test.keywords:
+                ok, v = self.expected(kw.value)
+                if kw.arg not in tols or not ok:
+                    raise Unsplittable(f"isclose argument not understood: {ast.unparse(kw)}")
+                tols[kw.arg] = _number(v, kw.arg)
+            return value, Check("close", want, **tols)
+        self._truthy(test)
+        return test, Check("truthy")
+
+    def _truthy(self, node: ast.AST) -> None:
+        """`assert VALUE`: a call of the program (or a name/attribute/index), never a builtin or a
+        module's function (all(...), isinstance(...), np.allclose(...) compare inside)."""
+        self.value(node, "a truth-value assert")
+        if isinstance(node, (ast.List, ast.Tuple, ast.Set, ast.Dict)) or (
+                isinstance(node, ast.Call) and self._wrapper(node.func)):
+            raise Unsplittable(f"a truth-value assert of a builtin: {ast.unparse(node)[:120]}")
+
+    def _is_isclose(self, func: ast.AST) -> bool:
+        if isinstance(func, ast.Name):
+            return self.modules.get(func.id) == "math.isclose"
+        return (isinstance(func, ast.Attribute) and func.attr == "isclose"
+                and isinstance(func.value, ast.Name) and self.modules.get(func.value.id) == "math")
+
+    def _pair(self, a: ast.AST, b: ast.AST) -> tuple[ast.AST, Any]:
+        """(value side, expected value) of two operands, one of which must be a literal."""
+        ok, want = self.expected(b)
+        if ok:
+            self.value(a, "the value side")
+            return a, want
+        ok, want = self.expected(a)
+        if ok:
+            self.value(b, "the value side")
+            return b, want
+        raise Unsplittable(f"neither side is an expected value: {ast.unparse(a)[:60]} / "
+                           f"{ast.unparse(b)[:60]}")
+
+    def _compare(self, op: ast.cmpop, left: ast.AST, right: ast.AST, test: ast.AST) -> tuple[ast.AST, Check]:
+        if isinstance(op, (ast.Is, ast.IsNot)):
+            if isinstance(right, ast.Constant) and (right.value is None or isinstance(right.value, bool)):
+                self.value(left, "the value side")
+                return left, Check("is" if isinstance(op, ast.Is) else "is_not", right.value)
+            raise Unsplittable(f"comparison not understood: {ast.unparse(test)[:120]}")
         if (isinstance(op, (ast.Lt, ast.LtE)) and isinstance(left, ast.Call)
-                and isinstance(left.func, ast.Name) and left.func.id == "abs" and len(left.args) == 1
-                and not left.keywords and isinstance(left.args[0], ast.BinOp)
+                and isinstance(left.func, ast.Name) and left.func.id == "abs" and "abs" not in self.bound
+                and len(left.args) == 1 and not left.keywords and isinstance(left.args[0], ast.BinOp)
                 and isinstance(left.args[0].op, ast.Sub)):
-            ok, tol = _literal(right, consts)
+            ok, tol = self.expected(right)
             if not ok:
-                raise Unsplittable(f"tolerance is not a literal: {ast.unparse(right)}")
-            call, expected = _pair(left.args[0].left, left.args[0].right, consts)
+                raise Unsplittable(f"tolerance is not a literal: {ast.unparse(right)[:60]}")
+            value, want = self._pair(left.args[0].left, left.args[0].right)
             kind = "abs_lt" if isinstance(op, ast.Lt) else "abs_le"
-            return call, Check(kind, expected, abs_tol=_number(tol, "tolerance"))
-        raise Unsplittable(f"comparison not understood: {ast.unparse(test)}")
-    if isinstance(test, ast.Call) and _is_isclose(test.func) and len(test.args) == 2:
-        call, expected = _pair(test.args[0], test.args[1], consts)
-        tols = {"rel_tol": 1e-9, "abs_tol": 0.0}
-        for kw in test.keywords:
-            ok, v = _literal(kw.value, consts)
-            if kw.arg not in tols or not ok:
-                raise Unsplittable(f"isclose argument not understood: {ast.unparse(kw)}")
-            tols[kw.arg] = _number(v, kw.arg)
-        return call, Check("close", expected, **tols)
-    if _literal(test, consts)[0]:
-        raise Unsplittable("a constant assert")
-    return test, Check("truthy")
+            return value, Check(kind, want, abs_tol=_number(tol, "tolerance"))
+        kind = _ORDER.get(type(op))
+        if kind is None:
+            raise Unsplittable(f"comparison not understood: {ast.unparse(test)[:120]}")
+        ok, want = self.expected(right)
+        if ok:
+            self.value(left, "the value side")
+            return left, Check(kind, want)
+        ok, want = self.expected(left)
+        if ok:
+            self.value(right, "the value side")
+            return right, Check(_FLIP[kind], want)
+        raise Unsplittable(f"neither side is an expected value: {ast.unparse(test)[:120]}")
+
+
+def _is_docstring(stmt: ast.stmt) -> bool:
+    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(
+        stmt.value.value, str)
 
 
 class _Rename(ast.NodeTransformer):
@@ -143,67 +350,89 @@ class _Rename(ast.NodeTransformer):
         return ast.copy_location(ast.Name(self.new, node.ctx), node) if node.id == self.old else node
 
 
-def _is_docstring(stmt: ast.stmt) -> bool:
-    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(
-        stmt.value.value, str)
+def _is_main_guard(stmt: ast.stmt) -> bool:
+    if not isinstance(stmt, ast.If) or stmt.orelse or not isinstance(stmt.test, ast.Compare):
+        return False
+    t = stmt.test
+    sides = [t.left, *t.comparators]
+    return (len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq)
+            and any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
+            and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
 
 
-def split(source: str) -> tuple[str, list[SplitTest]]:
-    """(setup source, tests) of an assert-style test source; Unsplittable otherwise."""
+def _check_call(stmt: ast.stmt) -> str | None:
+    """NAME of a `check(NAME)` statement."""
+    if (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
+            and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "check"
+            and len(stmt.value.args) == 1 and not stmt.value.keywords
+            and isinstance(stmt.value.args[0], ast.Name)):
+        return stmt.value.args[0].id
+    return None
+
+
+def flatten(tree: ast.Module, entry_point: str | None = None) -> tuple[list[ast.stmt], list[str]]:
+    """The statements in the order they run (main guards and `check(NAME)` calls inlined; an
+    uncalled `def check(candidate)` called with `entry_point` at the end) and the check targets."""
+    check_fn = next((s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == "check"), None)
+    out: list[ast.stmt] = []
+    entries: list[str] = []
+
+    def inline(name: str) -> None:
+        a = check_fn.args
+        if len(a.args) != 1 or a.vararg or a.kwarg or a.kwonlyargs or a.defaults or a.posonlyargs:
+            raise Unsplittable("def check() must take exactly one argument (the candidate)")
+        entries.append(name)
+        out.extend(_Rename(a.args[0].arg, name).visit(copy.deepcopy(s)) for s in check_fn.body)
+
+    def walk(stmts: list[ast.stmt]) -> None:
+        for s in stmts:
+            if s is check_fn:
+                continue
+            if _is_main_guard(s):
+                walk(s.body)
+            elif _check_call(s) is not None and check_fn is not None:
+                inline(_check_call(s))
+            else:
+                out.append(s)
+
+    walk(tree.body)
+    if check_fn is not None and not entries:
+        if not entry_point:
+            raise Unsplittable("def check(candidate) is never called and the reference names no entry point")
+        inline(entry_point)
+    return out, entries
+
+
+def _expected_names(stmts: list[ast.stmt]) -> set[str]:
+    """Names that an assert may use as an expected value or tolerance: bare names compared, or
+    given to isclose/abs (a superset: a name on the value side only loses its early binding)."""
+    out: set[str] = set()
+    for s in stmts:
+        if not isinstance(s, ast.Assert):
+            continue
+        for n in ast.walk(s.test):
+            operands = ([n.left, *n.comparators] if isinstance(n, ast.Compare)
+                        else [*n.args, *(k.value for k in n.keywords)] if isinstance(n, ast.Call)
+                        else [n.left, n.right] if isinstance(n, ast.BinOp) else [])
+            out |= {o.id for o in operands if isinstance(o, ast.Name)}
+    return out
+
+
+def split(source: str, entry_point: str | None = None, helpers: frozenset[str] = frozenset()) -> SplitSource:
+    """The steps of an assert-style test source; Unsplittable otherwise. `entry_point`: the name
+    under test when the reference gives it; `helpers`: names the prompt defines for the test."""
     try:
         tree = ast.parse(source)
     except SyntaxError as e:
         raise Unsplittable(f"test source does not parse: {e}") from e
-    setup: list[ast.stmt] = []
-    consts: dict[str, Any] = {}
-    asserts: list[ast.Assert] = []
-    check_fn: ast.FunctionDef | None = None
-    entry: str | None = None
-    for stmt in tree.body:
-        if isinstance(stmt, (ast.Import, ast.ImportFrom)):
-            setup.append(stmt)
-        elif (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1
-              and isinstance(stmt.targets[0], ast.Name) and _literal(stmt.value, {})[0]):
-            consts[stmt.targets[0].id] = _literal(stmt.value, {})[1]
-            setup.append(stmt)
-        elif isinstance(stmt, ast.Assert):
-            asserts.append(stmt)
-        elif isinstance(stmt, ast.FunctionDef) and stmt.name == "check" and check_fn is None:
-            check_fn = stmt
-        elif (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
-              and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "check"
-              and len(stmt.value.args) == 1 and isinstance(stmt.value.args[0], ast.Name) and entry is None):
-            entry = stmt.value.args[0].id
-        elif not _is_docstring(stmt):
-            raise Unsplittable(f"statement not understood: {ast.unparse(stmt)[:120]}")
-    if check_fn is not None:
-        a = check_fn.args
-        if entry is None or len(a.args) != 1 or a.vararg or a.kwarg or a.kwonlyargs or a.defaults:
-            raise Unsplittable("def check(candidate) without a single `check(NAME)` call")
-        param = a.args[0].arg
-        for stmt in check_fn.body:
-            if isinstance(stmt, ast.Assert):
-                asserts.append(_Rename(param, entry).visit(stmt))
-            elif isinstance(stmt, (ast.Import, ast.ImportFrom)):
-                setup.append(stmt)
-            elif not _is_docstring(stmt):
-                raise Unsplittable(f"statement in check() not understood: {ast.unparse(stmt)[:120]}")
-    elif entry is not None:
-        raise Unsplittable("check(NAME) without def check(candidate)")
-    if not asserts:
-        raise Unsplittable("no asserts")
-    tests = []
-    used: set[str] = set()
-    for a in asserts:
-        const, value = _literal(a.test, consts)
-        if const and value:
-            continue  # HumanEval's `assert True, "..."`: a no-op
-        call, chk = _one(a.test, consts)
-        used |= {n.id for n in ast.walk(call) if isinstance(n, ast.Name)}
-        tests.append(SplitTest(ast.unparse(call), chk, ast.unparse(a)))
-    if not tests:
-        raise Unsplittable("only constant asserts")  # the checker runs it: the program must import
-    # literal assignments go in only when a call reads them (an expected value bound to a name
-    # that no call uses stays outside)
-    kept = [s for s in setup if not isinstance(s, ast.Assign) or s.targets[0].id in used]
-    return "\n".join(ast.unparse(s) for s in kept), tests
+    stmts, checked = flatten(tree, entry_point)
+    sp = _Split(_expected_names(stmts), helpers)
+    for s in stmts:
+        sp.statement(s)
+    if not any(s.kind == "eval" for s in sp.steps):
+        raise Unsplittable("no asserts")  # the checker runs it: it fails for want of an assert
+    entries = list(dict.fromkeys([*checked, *([entry_point] if entry_point else [])]))
+    calls = [c for c in sp.program_calls if c not in sp.bound and c not in sp.consts]
+    if calls and all(c in BUILTINS for c in calls) and not entries:
+        entries = list(dict.fromkeys(calls))  # a test of `sum` alone tests the program's `sum`
+    return SplitSource(tuple(sp.steps), tuple(entries))

@@ -54,12 +54,16 @@ GRADING_WRONG = "import os\ndef add(a, b):\n    return 0\nos._exit(0)\n"
 GRADING_HONEST = "import sys\ndef add(a, b):\n    return a + b\nif __name__ == '__main__':\n    sys.exit(3)\n"
 # What the program sees, from the inside (run by `main` in this process: it is single-threaded).
 PROBE = """import os
-print("uid", os.getuid(), "gid", os.getgid(), "groups", os.getgroups())
+print("uid", os.getuid(), "gid", os.getgid(), "groups", os.getgroups(), "cpus", os.cpu_count())
 for top in ("/", "/tmp", "/dev"):
     for name in sorted(os.listdir(top)):
         p = os.path.join(top, name)
         kind = "-> " + os.readlink(p) if os.path.islink(p) else ("dir" if os.path.isdir(p) else "file")
         print(p, kind, "writable" if os.access(p, os.W_OK) else "read-only")
+for d, _, files in os.walk("/sys"):
+    for name in sorted(files):
+        p = os.path.join(d, name)
+        print(p, "file", "writable" if os.access(p, os.W_OK) else "read-only")
 """
 
 
