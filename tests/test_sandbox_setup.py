@@ -183,11 +183,13 @@ def test_doctor_reports_layers_when_healthy(capsys):
     seen = [ln.split(None, 1)[1] for ln in out.splitlines() if ln.strip().startswith("seen")]
     assert any(ln.startswith("uid ") and "groups [] " in ln for ln in seen), out
     tops = {ln.split()[0] for ln in seen if ln.startswith("/") and ln.count("/") == 1}
+    # /root, /opt, /home only as parents of the interpreter
     assert tops <= {"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr", "/proc", "/dev", "/tmp",
-                    "/root", "/opt", "/home", "/sys"}, tops  # /root, /opt, /home only as parents of the interpreter
+                    "/root", "/opt", "/home", "/sys"}, tops
     assert "/run" not in tops and "/work" not in tops and "/etc" not in tops, tops
     # /sys holds one file: the CPUs a program sees online (a constant 4, whatever the host has)
-    assert [ln for ln in seen if ln.startswith("/sys/")] == ["/sys/devices/system/cpu/online file read-only"], out
+    in_sys = [ln for ln in seen if ln.startswith("/sys/")]
+    assert in_sys == ["/sys/devices/system/cpu/online file read-only"], out
     assert any(ln.startswith("uid ") and ln.endswith("cpus 4") for ln in seen), out
     assert "/dev/shm dir writable" in seen, out
 

@@ -36,6 +36,7 @@ import builtins
 import copy
 import dataclasses
 import math
+import sys
 from typing import Any
 
 
@@ -78,6 +79,10 @@ class SplitSource:
 
 
 BUILTINS = frozenset(dir(builtins))
+# names a test may use as a module without importing it (see `_Split.module`; the checker resolves
+# them the same way: its own import, unless the program bound the name to something not a module)
+IMPLICIT_MODULES = {**{m: m for m in sys.stdlib_module_names if not m.startswith("_")}, "np": "numpy",
+                    "numpy": "numpy"}
 # pure constructors of plain values, applied (here, by our own builtins) to one literal argument:
 # MBPP writes `set((4, 5))`, HumanEval `float('inf')`
 _CONSTRUCTORS = {"set": set, "frozenset": frozenset, "tuple": tuple, "list": list, "float": float,
@@ -140,7 +145,17 @@ class _Split:
             return False
         if root is func:
             return root.id in BUILTINS and root.id not in self.bound and root.id not in self.consts
-        return root.id in self.modules
+        return self.module(root.id) is not None
+
+    def module(self, name: str) -> str | None:
+        """The module a name stands for in the test: one it imported, or a module of the standard
+        library (or numpy as np) that it uses without importing it (MBPP's tests lean on the
+        program's `import math`): a module, never a function of the program."""
+        if name in self.modules:
+            return self.modules[name]
+        if name in self.bound or name in self.consts:
+            return None
+        return IMPLICIT_MODULES.get(name)
 
     def value(self, node: ast.AST, what: str) -> None:
         """Raise Unsplittable unless `node` is a program value as the module docstring defines it."""
@@ -292,7 +307,7 @@ class _Split:
         if isinstance(func, ast.Name):
             return self.modules.get(func.id) == "math.isclose"
         return (isinstance(func, ast.Attribute) and func.attr == "isclose"
-                and isinstance(func.value, ast.Name) and self.modules.get(func.value.id) == "math")
+                and isinstance(func.value, ast.Name) and self.module(func.value.id) == "math")
 
     def _pair(self, a: ast.AST, b: ast.AST) -> tuple[ast.AST, Any]:
         """(value side, expected value) of two operands, one of which must be a literal."""
@@ -432,7 +447,10 @@ def split(source: str, entry_point: str | None = None, helpers: frozenset[str] =
     if not any(s.kind == "eval" for s in sp.steps):
         raise Unsplittable("no asserts")  # the checker runs it: it fails for want of an assert
     entries = list(dict.fromkeys([*checked, *([entry_point] if entry_point else [])]))
-    calls = [c for c in sp.program_calls if c not in sp.bound and c not in sp.consts]
-    if calls and all(c in BUILTINS for c in calls) and not entries:
-        entries = list(dict.fromkeys(calls))  # a test of `sum` alone tests the program's `sum`
+    loaded = {n.id for s in stmts for n in ast.walk(s)
+              if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+    if not entries and loaded - sp.bound - set(sp.consts) <= BUILTINS:
+        # a test that reads no name of the program's but builtins (`assert sum([1, 2]) == 3`) tests
+        # the program's `sum`
+        entries = [c for c in dict.fromkeys(sp.program_calls) if c not in sp.bound]
     return SplitSource(tuple(sp.steps), tuple(entries))

@@ -119,10 +119,11 @@ def entries(tree: ast.Module, entry_point: str | None) -> tuple[str, ...]:
     names += [n.args[0].id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
               and n.func.id == "check" and len(n.args) == 1 and isinstance(n.args[0], ast.Name)]
     if not names:
-        mine = bound_names(tree)
-        in_asserts = {c for a in ast.walk(tree) if isinstance(a, ast.Assert) for c in _called(a)} - mine
-        if in_asserts and in_asserts <= BUILTINS:
-            names = sorted(in_asserts)
+        # a test that reads no name of the program's but builtins tests the program's builtins
+        loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
+        if loaded - bound_names(tree) <= BUILTINS:
+            names = sorted({c for a in ast.walk(tree) if isinstance(a, ast.Assert) for c in _called(a)}
+                           - bound_names(tree))
     return tuple(dict.fromkeys(names))
 
 

@@ -325,14 +325,37 @@ def _lookup(name, entry):
         raise
 
 
+def _implicit_module(name):
+    """The module a test means by a name it uses without importing it (`math`, `np`), when the
+    program bound that name to a module too (or not at all): the checker's own import."""
+    import sys
+
+    if name == "np":
+        return "numpy"
+    return name if name in sys.stdlib_module_names and not name.startswith("_") else None
+
+
 class _TestNS(dict):
-    """The test's globals: names it does not bind come from the program (builtins excepted)."""
+    """The test's globals: names it does not bind come from the program (builtins excepted; a
+    module name means the checker's own import of that module, never the program's object)."""
 
     def __missing__(self, name):
         entry = name in _STATE["entries"]
         if not entry and (name.startswith("__") or hasattr(_builtins, name)):
             raise KeyError(name)
-        return _lookup(name, entry)
+        module = None if entry else _implicit_module(name)
+        try:
+            value = _lookup(name, entry)
+        except KeyError:
+            if module is None:
+                raise
+            value = None
+        program_module = _type(value) is _Handle and object.__getattribute__(value, "_kind") == "module"
+        if module is not None and (value is None or program_module):
+            import importlib
+
+            value = self[name] = importlib.import_module(module)
+        return value
 
 
 class _SolutionModule(type(_builtins)):

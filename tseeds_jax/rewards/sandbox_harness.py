@@ -23,10 +23,11 @@ compares). Errors come back as [k, "error", type name, message], values that are
 Values cross every boundary in a tagged form holding builtins only (`encode`): None, bool, str and
 finite floats as themselves; small ints as themselves, larger ones as hex (no 4,300-digit limit);
 containers tagged. Subclasses of int/float/complex/str/bytes/list/tuple/set/frozenset/dict
-(IntEnum, Counter, defaultdict, OrderedDict, namedtuples) are read through the base type's own C
-methods, so no program code runs and an overridden `__eq__` never decides; dict views, Fraction and
-Decimal get tags of their own and are rebuilt outside as real views/Fractions/Decimals. Anything
-else (an object whose __eq__ is always true) is refused, which fails the test.
+(IntEnum, defaultdict, OrderedDict, namedtuples) are read through the base type's own C methods, so
+no program code runs and an overridden `__eq__` never decides; Counter, dict views, Fraction and
+Decimal get tags of their own and are rebuilt outside as real Counters/views/Fractions/Decimals
+(numpy scalars as their Python value). Anything else (an object whose __eq__ is always true) is
+refused, which fails the test.
 
 Every builtin the harness uses is bound to a name of its own before the program runs: a program
 that replaces `builtins.eval` or `os.write` does not change how its steps are evaluated or reported.
@@ -97,6 +98,9 @@ def encode(v, depth=0, other=None):
     if t is _KEYS or t is _VALUES or t is _ITEMS or _issubclass(t, (_KEYS, _VALUES, _ITEMS)):
         kind = "K" if _issubclass(t, _KEYS) else "V" if _issubclass(t, _VALUES) else "I"
         return [kind, [encode(x, depth + 1, other) for x in _list(v)]]
+    if _issubclass(t, dict) and _named_base(t, "collections", "Counter") is not None:
+        # a Counter stays one (a missing key counts 0): its items, read as a dict's
+        return ["C", encode(_dict_copy(v), depth + 1, other)[1]]
     exact = _exact(v, t)
     if exact is not None:
         return encode(exact, depth + 1, other)
@@ -165,6 +169,11 @@ def decode(v, depth=0, handle=None):
         return _dict(_zip(_range(_len(v[1])), (decode(x, depth + 1, handle) for x in v[1]))).values()
     if tag == "I":
         return _dict(decode(x, depth + 1, handle) for x in v[1]).items()
+    if tag == "C":
+        import collections
+
+        return collections.Counter({decode(k, depth + 1, handle): decode(x, depth + 1, handle)
+                                    for k, x in v[1]})
     if tag == "q":
         import fractions
 
