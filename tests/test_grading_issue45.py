@@ -26,7 +26,16 @@ import sys
 
 import pytest
 
-from tests.grading_programs.issue45 import AREA, CHECK_UNCALLED, FORMS, NO_ASSERT, ROT_PROMPT, cases
+from tests.grading_programs.issue45 import (
+    AREA,
+    CHECK_UNCALLED,
+    FORMS,
+    NO_ASSERT,
+    ROT_HONEST,
+    ROT_PROMPT,
+    ROT_WRONG,
+    cases,
+)
 from tests.sandbox_utils import run_runner, system_user
 from tseeds_jax.rewards import assert_split, checker_source, code_reward, extract, grading, sandbox_harness
 
@@ -232,6 +241,22 @@ def test_float_tolerance_of_outputs_and_bad_reference_fields():
                        ({"asserts": "assert f() == 1", "packages": ["no_such_tseeds"]}, "no_such_tseeds")):
         res = code_reward.code_score("def f():\n    return 1\n", ref)
         assert res.reason == "invalid_input" and field in res.details["error"], (ref, res)
+
+
+def test_a_humaneval_record_from_the_loader_gives_the_test_its_helpers():
+    from tseeds_jax import rewards
+    from tseeds_jax.data import formats
+    from tseeds_jax.data.formats import DataFormatError
+
+    record = {"task_id": "T/1", "prompt": ROT_PROMPT, "entry_point": "unrot3",
+              "test": "def check(candidate):\n    for s in ['ab', 'xyz']:\n"
+                      "        assert candidate(rot3(s)) == s\n"}
+    ref = formats.normalize("code", record, "tasks.jsonl", 1, "he")["reference"]
+    assert ref["entry_point"] == "unrot3" and ref["helpers"] == ROT_PROMPT
+    assert rewards.score("code", ROT_HONEST, ref) == 1.0
+    assert rewards.score("code", ROT_WRONG, ref) == 0.0  # its own rot3 is not the test's
+    with pytest.raises(DataFormatError, match="entry_point"):  # nothing would call check()
+        formats.normalize("code", {**record, "entry_point": None}, "tasks.jsonl", 2, "he")
 
 
 if __name__ == "__main__":
