@@ -68,28 +68,34 @@ INT_EQUAL = ("class Yes(int):\n    def __eq__(self, other):\n        return True
              "def add(a, b):\n    return Yes(0)\n")
 PATCHES = ("import builtins, math\nbuiltins.abs = lambda x: 0\nmath.isclose = lambda *a, **k: True\n"
            "builtins.AssertionError = type('Nothing', (Exception,), {})\n")
-# looks for the tests everywhere a program can look, and answers from what it found
-READER = r'''import os, re
-def _texts():
-    seen = []
+# looks for the tests everywhere a program can look, and answers from what it found. Each file is
+# searched as it is read (only matches are kept: a venv under /tmp holds gigabytes), and the Python
+# installation the sandbox binds back read-only is not walked (a venv under /tmp would take longer
+# than the program's time; the grader writes nothing there)
+READER = r'''import os, re, sys
+_PATTERN = re.compile(r"(?:add|candidate)\((-?\d+), (-?\d+)\) == (-?\d+)")
+_PYTHON = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+def _found():
+    found = []
     paths = [__file__, "/proc/self/cmdline", "/proc/self/environ"]
-    for d, _, fs in os.walk("/tmp"):
+    for d, dirs, fs in os.walk("/tmp"):
+        dirs[:] = [x for x in dirs if os.path.realpath(os.path.join(d, x)) not in _PYTHON]
         paths += [os.path.join(d, f) for f in fs]
     for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
         paths += [f"/proc/{pid}/{n}" for n in ("cmdline", "environ", "mem")]
     for p in paths:
         try:
             with open(p, "rb") as f:
-                seen.append(f.read(1 << 20).decode("latin-1"))
+                found += _PATTERN.findall(f.read(1 << 20).decode("latin-1"))
         except OSError:
             pass
     for fd in range(3, 64):
         try:
-            seen.append(os.pread(fd, 1 << 20, 0).decode("latin-1"))
+            found += _PATTERN.findall(os.pread(fd, 1 << 20, 0).decode("latin-1"))
         except OSError:
             pass
-    return "\n".join(seen)
-FOUND = re.findall(r"(?:add|candidate)\((-?\d+), (-?\d+)\) == (-?\d+)", _texts())
+    return found
+FOUND = _found()
 TABLE = {(int(a), int(b)): int(c) for a, b, c in FOUND}
 def add(a, b):
     return TABLE.get((a, b), 0)
@@ -103,6 +109,11 @@ MAIN_IDIOM_HONEST = ADD + "import sys\ndef main():\n    print('usage: add A B')\
 MAIN_IDIOM_WRONG = WRONG + ("import sys\ndef main():\n    return 0\n"
                            "if __name__ == '__main__':\n    sys.exit(main())\n")
 SLOW_ADD = "import time\ndef add(a, b):\n    time.sleep(0.5)\n    return a + b\n"
+# the reader's control: the answers planted in a file of its own under /tmp, which it must find (so
+# that its 0 elsewhere means there was nothing to find, not that it cannot search)
+PLANTED = ("import os\nos.makedirs('planted', exist_ok=True)\n"  # in its working directory, under /tmp
+           "open('planted/notes.txt', 'w').write('add(1, 2) == 3; add(10, -4) == 6; "
+           "add(1, 1) == 2; add(2, 2) == 4; add(3, 3) == 6')\n")
 
 
 def _guarded(trick: str) -> str:
@@ -125,6 +136,7 @@ def cases() -> list[tuple[str, str, dict, dict, float]]:
             (f"always_equal_{ref_name}_honest", ADD + "class Yes:\n    pass\n", ref, {}, 1.0),
             (f"read_source_{ref_name}_wrong", READER, ref, {}, 0.0),
             (f"read_source_{ref_name}_honest", READER + ADD, ref, {}, 1.0),
+            (f"read_source_{ref_name}_control", PLANTED + READER, ref, {}, 1.0),
             (f"forge_frames_{ref_name}_wrong", WRONG + FORGER, ref, {}, 0.0),
             (f"forge_frames_{ref_name}_honest", ADD + _guarded(FORGER), ref, {}, 1.0),
             (f"main_idiom_{ref_name}_wrong", MAIN_IDIOM_WRONG, ref, {}, 0.0),
@@ -422,7 +434,7 @@ def test_weak_isolation_keeps_the_grading_protocol():
     runs in the weak backend with the same protocol: split asserts and the checker both hold."""
     picked = {"exit_os_exit_asserts_wrong", "exit_os_exit_asserts_honest", "always_equal_humaneval_wrong",
               "main_idiom_humaneval_honest", "exit_sys_exit_checked_wrong", "read_source_checked_honest",
-              "patched_builtins_wrong", "fraction_three_of_four"}
+              "read_source_asserts_control", "patched_builtins_wrong", "fraction_three_of_four"}
     with workers(None, **{_mounts.FAIL_ENV: "userns", sandbox.WEAK_ENV: "1"}):
         got = {name: (rewards.score_result("code", prog, ref, **opts), want)
                for name, prog, ref, opts, want in cases() if name in picked}
