@@ -101,6 +101,25 @@ def test_unrecognised_forms_are_never_split():
                 "assert f(1) == f(2)", "assert max(f(1), 5) - 1 == 4"):
         with pytest.raises(assert_split.Unsplittable):
             assert_split.split(src)
+    # found by the held-out set: a builtin that calls a function of the program (StopIteration would
+    # end its loop: the checker's proxies apply PEP 479's rule)
+    for src in ("assert list(filter(is_pal, ['ab'])) == []", "assert sum(map(f, [1, 2])) == 3",
+                "import itertools\nassert list(itertools.takewhile(f, [1, 2])) == [1]"):
+        with pytest.raises(assert_split.Unsplittable, match="may call it"):
+            assert_split.split(src)
+    # ... and a truth-value assert of the value's own method: the value comes back, the method runs
+    # outside (the literal never enters); a mutating one runs inside
+    (step,) = assert_split.split("assert fib(10).__eq__(55)").steps
+    assert (step.code, step.check.kind) == ("fib(10)", "method")
+    assert step.check.expected == ("__eq__", (55,), {}, True)
+    (step,) = assert_split.split("assert not name().startswith('x', 1)").steps
+    assert step.check.expected == ("startswith", ("x", 1), {}, False)
+    steps = assert_split.split("s = [1]\nassert s.pop()\nassert s == []").steps
+    assert [(s.code, s.check.kind if s.check else None) for s in steps] == [
+        ("s = [1]", None), ("s.pop()", "truthy"), ("s", "eq")]
+    assert grading.matches(0, assert_split.Check("method", ("__eq__", (55,), {}, True))) is False
+    assert grading.matches("abc", assert_split.Check("method", ("startswith", ("a",), {}, True)))
+    assert not grading.matches([1], assert_split.Check("method", ("no_such", (), {}, True)))
     # what is split: the program's value, read by builtins at most, compared outside
     steps = assert_split.split("assert sorted(f(1)) == [1, 2]\nassert len(f(2)) >= 3\n"
                                "assert round(g(1), 2) == 0.5\nassert 3 in f(3)\nassert f(4) not in [1, 2]\n"

@@ -49,7 +49,8 @@ class Check:
     """How a returned value is judged, outside the sandbox: kind in eq | ne | lt | le | gt | ge |
     in (value in expected) | not_in | contains (expected in value) | not_contains | close
     (math.isclose with rel_tol, abs_tol) | abs_lt | abs_le (abs(value - expected) < or <= abs_tol) |
-    truthy | falsy | is | is_not; `expected` a plain value."""
+    truthy | falsy | is | is_not | method (expected = (name, args, kwargs, want): bool of the
+    value's method is `want`); `expected` a plain value."""
 
     kind: str
     expected: Any = None
@@ -90,6 +91,13 @@ _CONSTRUCTORS = {"set": set, "frozenset": frozenset, "tuple": tuple, "list": lis
 # nodes that compare, branch or build functions: never part of what runs beside the program
 _BANNED = (ast.Compare, ast.BoolOp, ast.IfExp, ast.Lambda, ast.ListComp, ast.SetComp, ast.DictComp,
            ast.GeneratorExp, ast.NamedExpr, ast.Await, ast.Yield, ast.YieldFrom)
+# methods of builtin types that change their object: run inside, where the test's state lives
+_MUTATING = frozenset({"append", "extend", "insert", "remove", "pop", "clear", "sort", "reverse", "update",
+                       "add", "discard", "setdefault", "popitem", "difference_update", "intersection_update",
+                       "symmetric_difference_update", "__setitem__", "__delitem__", "__iadd__", "__imul__"})
+# builtins that call what they are given (a function of the program raising StopIteration would end
+# their loop early: PEP 479's rule needs the checker's proxies)
+_CALLERS = frozenset({"map", "filter", "iter"})
 _ORDER = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge",
           ast.In: "in", ast.NotIn: "not_in"}
 _FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne", "in": "contains",
@@ -186,18 +194,23 @@ class _Split:
                 return self._top(node.func, what)
             if isinstance(node.func, ast.Name):
                 self.program_calls.append(node.func.id)  # `sum(...)`: the program's if it has one
-            for a in [*node.args, *(k.value for k in node.keywords)]:
-                if isinstance(a, ast.Starred) or not (literal(a, {})[0] or self._ok_top(a, what)):
+            callers = not isinstance(node.func, ast.Name) or node.func.id in _CALLERS
+            for a in node.args:
+                if isinstance(a, ast.Starred):
                     raise Unsplittable(f"{what}: argument not understood: {ast.unparse(a)[:120]}")
+                if not literal(a, {})[0]:
+                    self._top(a, what)
+                if callers and isinstance(a, (ast.Name, ast.Attribute)) and not self._builtin_name(a):
+                    raise Unsplittable(f"{what}: {ast.unparse(a)[:60]} handed to "
+                                       f"{ast.unparse(node.func)[:40]}, which may call it")
+            for k in node.keywords:
+                if not (literal(k.value, {})[0] or self._builtin_name(k.value)):
+                    raise Unsplittable(f"{what}: keyword argument not understood: {ast.unparse(k)[:120]}")
             return None
         raise Unsplittable(f"{what} combines values inside: {ast.unparse(node)[:120]}")
 
-    def _ok_top(self, node: ast.AST, what: str) -> bool:
-        try:
-            self._top(node, what)
-        except Unsplittable:
-            return False
-        return True
+    def _builtin_name(self, node: ast.AST) -> bool:
+        return isinstance(node, ast.Name) and node.id in BUILTINS and node.id not in self.bound
 
     def _reads(self, node: ast.AST) -> None:
         """Names read inside: helpers refused, literal names sent in first when needed."""
@@ -279,8 +292,7 @@ class _Split:
 
     def _form(self, test: ast.AST) -> tuple[ast.AST, Check]:
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-            self._truthy(test.operand)
-            return test.operand, Check("falsy")
+            return self._truth(test.operand, False)
         if isinstance(test, ast.Compare) and len(test.ops) == 1:
             return self._compare(test.ops[0], test.left, test.comparators[0], test)
         if isinstance(test, ast.Call) and self._is_isclose(test.func) and len(test.args) == 2:
@@ -292,8 +304,26 @@ class _Split:
                     raise Unsplittable(f"isclose argument not understood: {ast.unparse(kw)}")
                 tols[kw.arg] = _number(v, kw.arg)
             return value, Check("close", want, **tols)
-        self._truthy(test)
-        return test, Check("truthy")
+        return self._truth(test, True)
+
+    def _truth(self, node: ast.AST, want: bool) -> tuple[ast.AST, Check]:
+        """`assert VALUE.method(literals)`: the value comes back and its own (plain) method runs
+        outside, so `fib(10).__eq__(55)` never hands 55 to the program's object; a value that is
+        not plain (`s.is_empty()` on the program's Stack) has the method called inside only then
+        (`grading.StepDialog`). A method that mutates runs inside, where its effect belongs."""
+        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                and not self._wrapper(node.func) and node.func.attr not in _MUTATING
+                and not any(isinstance(a, ast.Starred) for a in node.args)
+                and all(k.arg for k in node.keywords)):
+            got = [self.expected(a) for a in [*node.args, *(k.value for k in node.keywords)]]
+            if all(ok for ok, _ in got):
+                values = [v for _, v in got]
+                args, kwargs = tuple(values[:len(node.args)]), dict(zip([k.arg for k in node.keywords],
+                                                                          values[len(node.args):]))
+                self.value(node.func.value, "a truth-value assert")
+                return node.func.value, Check("method", (node.func.attr, args, kwargs, want))
+        self._truthy(node)
+        return node, Check("truthy" if want else "falsy")
 
     def _truthy(self, node: ast.AST) -> None:
         """`assert VALUE`: a call of the program (or a name/attribute/index), never a builtin or a

@@ -35,6 +35,12 @@ def matches(value: Any, check: Check) -> bool:
     """Does the (decoded, builtins-only) `value` pass `check`, as Python would judge it? Never calls
     the program's code; an operation Python would refuse (TypeError) fails the check."""
     k, want = check.kind, check.expected
+    if k == "method":  # the plain value's own (builtin) method
+        name, args, kwargs, truth = want
+        try:
+            return bool(getattr(value, name)(*args, **kwargs)) == truth
+        except Exception:  # noqa: BLE001 - what Python would raise fails the assert
+            return False
     try:
         if k in ("truthy", "falsy"):
             return bool(value) == (k == "truthy")
@@ -102,7 +108,7 @@ class StepDialog(Dialog):
     def restart(self) -> None:
         self.outgoing = bytearray(message({"entries": list(self.split.entries), "cpu_s": self.cpu_s}))
         self.outcomes: list[tuple[str, str] | None] = [None] * self.split.asserts
-        self.k, self.finished, self.lines = 0, False, _Lines()
+        self.k, self.finished, self.lines, self.method_sent = 0, False, _Lines(), False
         self.deadline = min(time.monotonic() + self.wall_s, self.budget_end)
 
     def _assert_index(self, k: int) -> int:
@@ -136,6 +142,13 @@ class StepDialog(Dialog):
             if what != "done":  # the import or a setup statement failed: what follows cannot run
                 outcome, note = _error_outcome(frame[2:]) if what == "error" else ("wrong", "malformed")
                 return self._fail_rest(max(k, 1), outcome, f"{where}: {note}"[:300])
+        elif what == "opaque" and step.check.kind == "method" and not self.method_sent:
+            # not a plain value: its own method answers, inside (the literals go in only now)
+            name, args, kwargs, _ = step.check.expected
+            self.method_sent = True
+            self.outgoing += message({"method": (name, args, kwargs)})
+            self.deadline = min(time.monotonic() + self.wall_s, self.budget_end)
+            return None
         else:
             outcome, note = self._judge(step, frame)
             self.outcomes[self._assert_index(k)] = (outcome, note)
@@ -155,7 +168,10 @@ class StepDialog(Dialog):
             value = decode(frame[2])
         except Exception:  # noqa: BLE001 - whatever arrived is not a plain value: not an answer
             return "wrong", f"{step.source}: undecodable result"
-        if matches(value, step.check):
+        check = step.check
+        if self.method_sent:  # the method's own result came back: its truth is the answer
+            check = Check("truthy" if check.expected[3] else "falsy")
+        if matches(value, check):
             return "correct", ""
         return "wrong", f"{step.source}: got {value!r}"[:300]
 
@@ -167,7 +183,12 @@ class StepDialog(Dialog):
             return
         step = self.split.steps[self.k - 1]
         self.lines.cap = _FRAME_MIN + (8 * len(repr(step.check.expected)) if step.check else 0)
-        self.outgoing += message({"exec": step.code} if step.kind == "exec" else {"eval": step.code})
+        self.method_sent = False
+        if step.kind == "exec":
+            self.outgoing += message({"exec": step.code})
+        else:
+            keep = {"keep": True} if step.check.kind == "method" else {}
+            self.outgoing += message({"eval": step.code, **keep})
         self.deadline = min(time.monotonic() + self.wall_s, self.budget_end)
 
     def ended(self, status: str | None) -> None:

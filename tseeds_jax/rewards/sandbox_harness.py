@@ -18,7 +18,9 @@ value]), run in the program's own namespace, in the test's order: state, mutatio
 Python's. The worker sends message k+1 only after frame k came back, so the program never holds a
 later statement while it computes an earlier answer; no expected value is ever sent (the worker
 compares). Errors come back as [k, "error", type name, message], values that are not plain as
-[k, "refused", why], a step past its CPU seconds as [k, "limit", "cpu_limit"] (SIGXCPU).
+[k, "refused", why] (or, for {"eval": ..., "keep": True}, [k, "opaque", type name]: the value is
+kept, and a following {"method": (name, args, kwargs)} calls that method of it inside), a step past
+its CPU seconds as [k, "limit", "cpu_limit"] (SIGXCPU).
 
 Values cross every boundary in a tagged form holding builtins only (`encode`): None, bool, str and
 finite floats as themselves; small ints as themselves, larger ones as hex (no 4,300-digit limit);
@@ -264,23 +266,37 @@ def run_steps():
         msg = _next_message()
         if msg is None:
             _exit(0)  # no atexit hook, finaliser or flush of the program's runs after its results
-        _STEP[0] += 1
+        if "method" not in msg:  # a method call continues the step whose value was kept
+            _STEP[0] += 1
         k = _STEP[0]
         if cpu_s:
             _arm_cpu(cpu_s)
         try:
-            if "exec" in msg:
-                _exec(_compile(msg["exec"], "<test>", "exec"), ns)
-                out = [k, "done"]
-            else:
-                value = _eval(_compile(msg["eval"], "<test>", "eval"), ns)
-                try:
-                    out = [k, "ok", encode(value)]
-                except _BaseException as e:
-                    out = [k, "refused", f"{_type(e).__name__}: {_str(e)[:160]}"]
+            out = _step(k, msg, ns)
         except _BaseException as e:
             out = [k] + _error(e)
         _report(out)
+
+
+_KEPT = [None]  # the value of a step whose method the worker may ask for
+
+
+def _step(k, msg, ns):
+    if "exec" in msg:
+        _exec(_compile(msg["exec"], "<test>", "exec"), ns)
+        return [k, "done"]
+    if "method" in msg:  # only after this step's value came back "opaque": no literal arrived before
+        name, args, kwargs = msg["method"]
+        value = _getattr(_KEPT[0], name)(*args, **kwargs)
+    else:
+        value = _eval(_compile(msg["eval"], "<test>", "eval"), ns)
+    try:
+        return [k, "ok", encode(value)]
+    except _BaseException as e:
+        if msg.get("keep"):
+            _KEPT[0] = value
+            return [k, "opaque", _type(value).__name__[:60]]
+        return [k, "refused", f"{_type(e).__name__}: {_str(e)[:160]}"]
 
 
 def _main(mode):
