@@ -61,19 +61,20 @@ class RunResult:
 
 
 
-_HARNESS = (Path(__file__).with_name("sandbox_harness.py"), Path(__file__).with_name("sandbox_checker.py"),
-            {})
+_HERE = Path(__file__).parent
+_HARNESS = (_HERE / "sandbox_harness.py", (_HERE / "sandbox_server.py", _HERE / "sandbox_checker.py"), {})
 
 
 def harness_args(mode: str, nproc: int) -> list[str]:
     """`-c SOURCE MODE` running `sandbox_harness` in `mode` ("steps", or "check" with
-    `sandbox_checker` appended); nproc 0: the harness leaves RLIMIT_NPROC alone (the weak backend
-    without a user namespace of its own)."""
+    `sandbox_server` and `sandbox_checker` appended); nproc 0: the harness leaves RLIMIT_NPROC
+    alone (the weak backend without a user namespace of its own)."""
     if mode not in ("steps", "check"):
         raise ValueError(f"harness mode must be 'steps' or 'check', got {mode!r}")
     harness, checker, cache = _HARNESS
     if mode not in cache:
-        text = harness.read_text() + ("\n" + checker.read_text() if mode == "check" else "")
+        parts = [harness, *(checker if mode == "check" else ())]
+        text = "\n".join(p.read_text() for p in parts)
         cache[mode] = text + f"\n_main({mode!r})\n"
     return ["-c", cache[mode].replace("_NPROC = 16", f"_NPROC = {int(nproc)}", 1), mode]
 

@@ -33,15 +33,14 @@ from __future__ import annotations
 
 import ast
 import builtins
-import copy
 import dataclasses
 import math
 import sys
 from typing import Any
 
+from tseeds_jax.rewards.assert_order import Unsplittable, expected_names, flatten, is_docstring
 
-class Unsplittable(ValueError):
-    """The test source is not made only of understood statements; the message says what is not."""
+__all__ = ["BUILTINS", "IMPLICIT_MODULES", "Check", "SplitSource", "Step", "Unsplittable", "literal", "split"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -239,7 +238,7 @@ class _Split:
                 self._forget(name)
                 self.modules[name] = a.name if isinstance(stmt, ast.Import) else f"{stmt.module}.{a.name}"
             self.steps.append(Step("exec", ast.unparse(stmt), source=ast.unparse(stmt)))
-        elif isinstance(stmt, ast.Pass) or _is_docstring(stmt):
+        elif isinstance(stmt, ast.Pass) or is_docstring(stmt):
             pass
         elif isinstance(stmt, ast.Assert):
             self.assertion(stmt)
@@ -382,87 +381,6 @@ class _Split:
         raise Unsplittable(f"neither side is an expected value: {ast.unparse(test)[:120]}")
 
 
-def _is_docstring(stmt: ast.stmt) -> bool:
-    return isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant) and isinstance(
-        stmt.value.value, str)
-
-
-class _Rename(ast.NodeTransformer):
-    def __init__(self, old: str, new: str):
-        self.old, self.new = old, new
-
-    def visit_Name(self, node: ast.Name) -> ast.AST:
-        return ast.copy_location(ast.Name(self.new, node.ctx), node) if node.id == self.old else node
-
-
-def _is_main_guard(stmt: ast.stmt) -> bool:
-    if not isinstance(stmt, ast.If) or stmt.orelse or not isinstance(stmt.test, ast.Compare):
-        return False
-    t = stmt.test
-    sides = [t.left, *t.comparators]
-    return (len(t.ops) == 1 and isinstance(t.ops[0], ast.Eq)
-            and any(isinstance(s, ast.Name) and s.id == "__name__" for s in sides)
-            and any(isinstance(s, ast.Constant) and s.value == "__main__" for s in sides))
-
-
-def _check_call(stmt: ast.stmt) -> str | None:
-    """NAME of a `check(NAME)` statement."""
-    if (isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Call)
-            and isinstance(stmt.value.func, ast.Name) and stmt.value.func.id == "check"
-            and len(stmt.value.args) == 1 and not stmt.value.keywords
-            and isinstance(stmt.value.args[0], ast.Name)):
-        return stmt.value.args[0].id
-    return None
-
-
-def flatten(tree: ast.Module, entry_point: str | None = None) -> tuple[list[ast.stmt], list[str]]:
-    """The statements in the order they run (main guards and `check(NAME)` calls inlined; an
-    uncalled `def check(candidate)` called with `entry_point` at the end) and the check targets."""
-    check_fn = next((s for s in tree.body if isinstance(s, ast.FunctionDef) and s.name == "check"), None)
-    out: list[ast.stmt] = []
-    entries: list[str] = []
-
-    def inline(name: str) -> None:
-        a = check_fn.args
-        if len(a.args) != 1 or a.vararg or a.kwarg or a.kwonlyargs or a.defaults or a.posonlyargs:
-            raise Unsplittable("def check() must take exactly one argument (the candidate)")
-        entries.append(name)
-        out.extend(_Rename(a.args[0].arg, name).visit(copy.deepcopy(s)) for s in check_fn.body)
-
-    def walk(stmts: list[ast.stmt]) -> None:
-        for s in stmts:
-            if s is check_fn:
-                continue
-            if _is_main_guard(s):
-                walk(s.body)
-            elif _check_call(s) is not None and check_fn is not None:
-                inline(_check_call(s))
-            else:
-                out.append(s)
-
-    walk(tree.body)
-    if check_fn is not None and not entries:
-        if not entry_point:
-            raise Unsplittable("def check(candidate) is never called and the reference names no entry point")
-        inline(entry_point)
-    return out, entries
-
-
-def _expected_names(stmts: list[ast.stmt]) -> set[str]:
-    """Names that an assert may use as an expected value or tolerance: bare names compared, or
-    given to isclose/abs (a superset: a name on the value side only loses its early binding)."""
-    out: set[str] = set()
-    for s in stmts:
-        if not isinstance(s, ast.Assert):
-            continue
-        for n in ast.walk(s.test):
-            operands = ([n.left, *n.comparators] if isinstance(n, ast.Compare)
-                        else [*n.args, *(k.value for k in n.keywords)] if isinstance(n, ast.Call)
-                        else [n.left, n.right] if isinstance(n, ast.BinOp) else [])
-            out |= {o.id for o in operands if isinstance(o, ast.Name)}
-    return out
-
-
 def split(source: str, entry_point: str | None = None, helpers: frozenset[str] = frozenset()) -> SplitSource:
     """The steps of an assert-style test source; Unsplittable otherwise. `entry_point`: the name
     under test when the reference gives it; `helpers`: names the prompt defines for the test."""
@@ -471,7 +389,7 @@ def split(source: str, entry_point: str | None = None, helpers: frozenset[str] =
     except SyntaxError as e:
         raise Unsplittable(f"test source does not parse: {e}") from e
     stmts, checked = flatten(tree, entry_point)
-    sp = _Split(_expected_names(stmts), helpers)
+    sp = _Split(expected_names(stmts), helpers)
     for s in stmts:
         sp.statement(s)
     if not any(s.kind == "eval" for s in sp.steps):
