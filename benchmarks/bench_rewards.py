@@ -4,11 +4,15 @@ denylist) sandbox, run alternately in this one process on the same programs.
 
 Run: python benchmarks/bench_rewards.py [--n 256] [--workers 2] [--sandbox-n 64] [--no-write]
                                        [--baseline CHECKOUT [--rounds 3] [--assert-n 8]]
+                                       [--truth CHECKOUT]
 Rewrites the `rewards` section of docs/benchmarks.md (command, date, machine, numbers).
 --baseline: code rewards/s of another checkout (e.g. the commit before a grading change) and of
 this one, measured alternately in fresh processes on the same programs (`--rounds` each), so load
 falls on both alike: the mix below, and `--assert-n` correct programs graded on one source of 200
 asserts; rewrites the `rewards_grading` section (record `rewards_grading`).
+--truth: the grader's test programs (tests/grading_programs: issue 45's set and the held-out set,
+each program with the score its task's truth gives it) graded by another checkout and by this one;
+counts the wrong programs rewarded and the honest ones refused (record `rewards_truth`).
 Code: N short programs (1/4 correct stdin/stdout, 1/4 wrong output, 1/4 runtime error, 1/4 correct
 with asserts), two stdin/stdout tests each (all-or-nothing, so failing programs stop after one run).
 Math: the answer table of tests/test_rewards_math.py style, cycled to N responses.
@@ -122,6 +126,66 @@ def compare(baseline: str, n: int, workers: int, rounds: int, programs=None) -> 
     return rates
 
 
+# Runs in a fresh interpreter on either checkout (tseeds_jax from it, the programs from this one).
+_TRUTH = """
+import json, sys
+from tseeds_jax import rewards
+from tests.grading_programs import heldout, issue45
+out = {}
+for name, cases in (("issue45", issue45.cases()), ("heldout", heldout.cases())):
+    wrong = honest = 0
+    for opts in sorted({json.dumps(c[3], sort_keys=True) for c in cases}):
+        picked = [c for c in cases if json.dumps(c[3], sort_keys=True) == opts]
+        res = rewards.score_batch("code", [c[1] for c in picked], [c[2] for c in picked], max_workers=2,
+                                  **json.loads(opts))
+        wrong += sum(c[4] == 0 and r.score != 0 for c, r in zip(picked, res))
+        honest += sum(c[4] == 1 and r.score != 1 for c, r in zip(picked, res))
+    out[name] = [len(cases), wrong, honest]
+print(json.dumps(out))
+"""
+
+
+def truth_main(args) -> int:
+    """Wrong programs rewarded and honest ones refused, by another checkout and by this one."""
+    from tseeds_jax import results_record
+
+    cmd = f"python benchmarks/bench_rewards.py --truth {args.truth}"
+    got = {}
+    for side, path in (("before", args.truth), ("after", str(ROOT))):
+        pythonpath = os.pathsep.join(dict.fromkeys([path, str(ROOT)]))  # tseeds_jax from `path` first
+        out = subprocess.run([sys.executable, "-c", _TRUTH], cwd="/", capture_output=True, text=True,
+                             env=dict(os.environ, PYTHONPATH=pythonpath), timeout=3600, check=True)
+        got[side] = json.loads(out.stdout.strip().splitlines()[-1])
+        print(side, path, got[side])
+    commits = {"before": results_record.git_commit(args.truth), "after": results_record.git_commit()}
+    labels = {"issue45": "issue 45's tests (tests/grading_programs/issue45.py)",
+              "heldout": "the held-out set (tests/grading_programs/heldout.py)"}
+    rows, values = [], {}
+    for key, label in labels.items():
+        for side in ("before", "after"):
+            n, wrong, honest = got[side][key]
+            rows.append([label, str(n), side, commits[side], str(wrong), str(honest)])
+            values[f"{key}_{side}_wrong"] = {"value": wrong, "unit": f"wrong programs rewarded (of {n})"}
+            values[f"{key}_{side}_honest"] = {"value": honest, "unit": f"honest programs refused (of {n})"}
+        values[f"{key}_programs"] = {"value": n, "unit": "programs"}
+    rec = results_record.make(
+        "rewards_truth", "the grader's test programs graded against their tasks' truth, by the code before "
+        "issue 45 and after it: wrong programs rewarded and honest ones refused (CPU)", "measured", cmd,
+        backend="cpu (reward worker processes; bubblewrap sandbox)", values=values,
+        table={"columns": ["programs", "count", "grading", "commit", "wrong rewarded", "honest refused"],
+               "rows": rows})
+    if args.no_write:
+        return 0
+    import docsection  # noqa: PLC0415  (benchmarks/ is on sys.path when run as a script)
+
+    lines = ["## Code grading against the truth", "",
+             f"Command: `{cmd}` — {datetime.date.today().isoformat()}. Each program of the grader's test "
+             "sets has the score its task's truth gives it (the honest program 1, a wrong one 0); a run "
+             "counts the programs each checkout grades the other way.", "", docsection.table_block(rec)]
+    docsection.write_section("rewards_truth", "\n".join(lines), record=rec)
+    return 0
+
+
 def _grading_record(cmd: str, baseline: str, args, results: dict) -> dict:
     """Record `rewards_grading`: rewards/s per round and medians of both checkouts on each mix."""
     from tseeds_jax import results_record
@@ -189,7 +253,10 @@ def main(argv=None) -> int:
     ap.add_argument("--baseline", help="another checkout to compare code rewards/s with")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--assert-n", type=int, default=8, help="programs graded on the 200-assert source")
+    ap.add_argument("--truth", help="another checkout to grade the grader's test programs with")
     args = ap.parse_args(argv)
+    if args.truth:
+        return truth_main(args)
     if args.baseline:
         return baseline_main(args)
     sb = _sandbox_rates(args.sandbox_n)
