@@ -5,7 +5,8 @@ Process tree per run (the worker must be single-threaded: it forks):
     worker -> launcher (fork; as root: private mount ns with the bind sources staged where the
               sandbox uid can reach them, then setgroups([]) and the sandbox uid) -> exec bwrap
            -> bwrap's child: new user/mount/pid/net/ipc/uts/cgroup namespaces, a new root holding
-              only /usr, the interpreter's directories, /proc, /dev, a 64 MiB /tmp -> python
+              only /usr, the interpreter's directories, /proc, /dev (a 16 MiB /dev/shm), a 64 MiB
+              /tmp, /sys/devices/system/cpu/online -> python
 
 bwrap runs unprivileged in every mode (as root the launcher first drops to a uid of its own), so
 root and non-root trainers get the same sandbox: the user namespace maps only that uid and gid;

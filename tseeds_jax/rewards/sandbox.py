@@ -2,12 +2,14 @@
 
 `run_program` runs it in the allowlisted bubblewrap sandbox (`_bwrap`): a root of its own holding
 only /usr, the interpreter and its standard library (site-packages hidden), /proc, a minimal /dev
-and a small /tmp; new user, mount, pid, network, IPC, UTS and cgroup namespaces; rlimits. It fails
-closed: when a layer cannot be had, the result is `sandbox_error` with `error["layer"]` naming it.
-Only the explicit switch `allow_weak_isolation` (config `sandbox_allow_weak_isolation`, off by
-default) lets such a machine grade with the weaker namespace sandbox (`weak_isolation`: the host's
-filesystem read-only with a denylist of hidden directories; as non-root without namespaces, rlimits
-and seccomp only), and every such result records `isolation["weak"] = True` and why.
+with a small /dev/shm, a small /tmp and the CPU count (4) under /sys; new user, mount, pid,
+network, IPC, UTS and cgroup namespaces; rlimits. It fails closed: when a layer cannot be had, the
+result is `sandbox_error` with `error["layer"]` naming it. Only the explicit switch
+`allow_weak_isolation` (config `sandbox_allow_weak_isolation`, off by default) lets such a machine
+grade with the weaker namespace sandbox (`weak_isolation`: the host's filesystem read-only with a
+denylist of hidden directories; as non-root without namespaces, rlimits and seccomp only), and
+every such result records `isolation["weak"] = True` and why. `package_binds` finds what makes an
+installed package importable in there.
 
 Must be called from a single-threaded process (it forks): the reward workers of `_pool`.
 """
