@@ -129,3 +129,23 @@ def _open_checkout_to_others() -> list[tuple[Path, int]]:
             opened.append((path, mode))
             os.chmod(path, mode | bits)
     return opened
+
+
+def run_runner(module: str, ctx: dict, user=None, timeout: int = 300) -> dict:
+    """`python -m MODULE CTX` (a test file's own runner) as this user, or (root only) as `user`'s
+    pwd entry; returns the JSON its last stdout line holds."""
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+
+    def run(prefix: list[str]) -> dict:
+        proc = subprocess.run(prefix + [sys.executable, "-m", module, json.dumps(ctx)], cwd=root,
+                              capture_output=True, text=True, timeout=timeout,
+                              env=dict(os.environ, PYTHONPATH=str(root)))
+        assert proc.returncode == 0, (proc.stdout[-2000:], proc.stderr[-4000:])
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+
+    if user is None:
+        return run([])
+    with as_user(user) as prefix:
+        return run(prefix)

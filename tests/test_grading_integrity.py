@@ -68,28 +68,34 @@ INT_EQUAL = ("class Yes(int):\n    def __eq__(self, other):\n        return True
              "def add(a, b):\n    return Yes(0)\n")
 PATCHES = ("import builtins, math\nbuiltins.abs = lambda x: 0\nmath.isclose = lambda *a, **k: True\n"
            "builtins.AssertionError = type('Nothing', (Exception,), {})\n")
-# looks for the tests everywhere a program can look, and answers from what it found
-READER = r'''import os, re
-def _texts():
-    seen = []
+# looks for the tests everywhere a program can look, and answers from what it found. Each file is
+# searched as it is read (only matches are kept: a venv under /tmp holds gigabytes), and the Python
+# installation the sandbox binds back read-only is not walked (a venv under /tmp would take longer
+# than the program's time; the grader writes nothing there)
+READER = r'''import os, re, sys
+_PATTERN = re.compile(r"(?:add|candidate)\((-?\d+), (-?\d+)\) == (-?\d+)")
+_PYTHON = {os.path.realpath(p) for p in (sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix)}
+def _found():
+    found = []
     paths = [__file__, "/proc/self/cmdline", "/proc/self/environ"]
-    for d, _, fs in os.walk("/tmp"):
+    for d, dirs, fs in os.walk("/tmp"):
+        dirs[:] = [x for x in dirs if os.path.realpath(os.path.join(d, x)) not in _PYTHON]
         paths += [os.path.join(d, f) for f in fs]
     for pid in [p for p in os.listdir("/proc") if p.isdigit()]:
         paths += [f"/proc/{pid}/{n}" for n in ("cmdline", "environ", "mem")]
     for p in paths:
         try:
             with open(p, "rb") as f:
-                seen.append(f.read(1 << 20).decode("latin-1"))
+                found += _PATTERN.findall(f.read(1 << 20).decode("latin-1"))
         except OSError:
             pass
     for fd in range(3, 64):
         try:
-            seen.append(os.pread(fd, 1 << 20, 0).decode("latin-1"))
+            found += _PATTERN.findall(os.pread(fd, 1 << 20, 0).decode("latin-1"))
         except OSError:
             pass
-    return "\n".join(seen)
-FOUND = re.findall(r"(?:add|candidate)\((-?\d+), (-?\d+)\) == (-?\d+)", _texts())
+    return found
+FOUND = _found()
 TABLE = {(int(a), int(b)): int(c) for a, b, c in FOUND}
 def add(a, b):
     return TABLE.get((a, b), 0)
@@ -103,6 +109,11 @@ MAIN_IDIOM_HONEST = ADD + "import sys\ndef main():\n    print('usage: add A B')\
 MAIN_IDIOM_WRONG = WRONG + ("import sys\ndef main():\n    return 0\n"
                            "if __name__ == '__main__':\n    sys.exit(main())\n")
 SLOW_ADD = "import time\ndef add(a, b):\n    time.sleep(0.5)\n    return a + b\n"
+# the reader's control: the answers planted in a file of its own under /tmp, which it must find (so
+# that its 0 elsewhere means there was nothing to find, not that it cannot search)
+PLANTED = ("import os\nos.makedirs('planted', exist_ok=True)\n"  # in its working directory, under /tmp
+           "open('planted/notes.txt', 'w').write('add(1, 2) == 3; add(10, -4) == 6; "
+           "add(1, 1) == 2; add(2, 2) == 4; add(3, 3) == 6')\n")
 
 
 def _guarded(trick: str) -> str:
@@ -125,6 +136,7 @@ def cases() -> list[tuple[str, str, dict, dict, float]]:
             (f"always_equal_{ref_name}_honest", ADD + "class Yes:\n    pass\n", ref, {}, 1.0),
             (f"read_source_{ref_name}_wrong", READER, ref, {}, 0.0),
             (f"read_source_{ref_name}_honest", READER + ADD, ref, {}, 1.0),
+            (f"read_source_{ref_name}_control", PLANTED + READER, ref, {}, 1.0),
             (f"forge_frames_{ref_name}_wrong", WRONG + FORGER, ref, {}, 0.0),
             (f"forge_frames_{ref_name}_honest", ADD + _guarded(FORGER), ref, {}, 1.0),
             (f"main_idiom_{ref_name}_wrong", MAIN_IDIOM_WRONG, ref, {}, 0.0),
@@ -422,7 +434,7 @@ def test_weak_isolation_keeps_the_grading_protocol():
     runs in the weak backend with the same protocol: split asserts and the checker both hold."""
     picked = {"exit_os_exit_asserts_wrong", "exit_os_exit_asserts_honest", "always_equal_humaneval_wrong",
               "main_idiom_humaneval_honest", "exit_sys_exit_checked_wrong", "read_source_checked_honest",
-              "patched_builtins_wrong", "fraction_three_of_four"}
+              "read_source_asserts_control", "patched_builtins_wrong", "fraction_three_of_four"}
     with workers(None, **{_mounts.FAIL_ENV: "userns", sandbox.WEAK_ENV: "1"}):
         got = {name: (rewards.score_result("code", prog, ref, **opts), want)
                for name, prog, ref, opts, want in cases() if name in picked}
@@ -444,19 +456,21 @@ def test_weak_backend_without_namespaces_hides_the_expected_values_in_memory(use
 
 
 def test_split_keeps_expected_values_out_of_what_enters_the_sandbox():
-    setup, tests = assert_split.split("import math\nX = [1, 2]\nY = 99\nassert f(X) == Y\n"
-                                      "assert 7 == g(1)\nassert abs(h(2) - 0.5) <= 1e-6\n"
-                                      "assert math.isclose(h(3), 2.5, abs_tol=0.1)\nassert not p(4)\n"
-                                      "assert q() is None\n")
-    assert setup == "import math\nX = [1, 2]"  # Y (an expected value) stays outside
-    assert [t.call for t in tests] == ["f(X)", "g(1)", "h(2)", "h(3)", "p(4)", "q()"]
+    sp = assert_split.split("import math\nX = [1, 2]\nY = 99\nassert f(X) == Y\n"
+                            "assert 7 == g(1)\nassert abs(h(2) - 0.5) <= 1e-6\n"
+                            "assert math.isclose(h(3), 2.5, abs_tol=0.1)\nassert not p(4)\n"
+                            "assert q() is None\n")
+    setup = [s.code for s in sp.steps if s.kind == "exec"]
+    tests = [s for s in sp.steps if s.kind == "eval"]
+    assert setup == ["import math", "X = [1, 2]"]  # Y (an expected value) stays outside
+    assert [t.code for t in tests] == ["f(X)", "g(1)", "h(2)", "h(3)", "p(4)", "q()"]
     assert [t.check.kind for t in tests] == ["eq", "eq", "abs_le", "close", "falsy", "is"]
     assert [t.check.expected for t in tests][:4] == [99, 7, 0.5, 2.5]
     assert tests[3].check.abs_tol == 0.1 and tests[2].check.abs_tol == 1e-6
-    _, more = assert_split.split("assert True, 'debug'\nassert set(f(1)) == set((4, 5))\n"
-                                 "assert g(2) == float('inf')\n")
-    assert [(t.call, t.check.expected) for t in more] == [("set(f(1))", {4, 5}), ("g(2)", float("inf"))]
-    sent = json.dumps([setup] + [t.call for t in tests])
+    more = assert_split.split("assert True, 'debug'\nassert set(f(1)) == set((4, 5))\n"
+                              "assert g(2) == float('inf')\n").steps
+    assert [(t.code, t.check.expected) for t in more] == [("set(f(1))", {4, 5}), ("g(2)", float("inf"))]
+    sent = json.dumps([s.code for s in sp.steps])
     assert "99" not in sent and "0.5" not in sent and "2.5" not in sent
     for src in ("for i in range(3):\n    assert f(i) == i\n", "assert f(1) == f(2)\n",
                 "def helper():\n    return 1\nassert f(1) == helper()\n", "assert True\n", "x = f(1)\n"):
@@ -479,10 +493,25 @@ def test_outside_comparison_follows_python_semantics_on_plain_values():
     assert not grading.matches(1, assert_split.Check("is", True))
 
 
-def test_only_one_well_formed_result_frame_counts():
-    assert grading._frame(b'R["ok", ["i", "3"]]\n') == ["ok", ["i", "3"]]
-    for raw in (b"", b'R["ok", ["i", "3"]]', b'R["ok", 3]\nR["ok", 3]\n', b"Rnot json\n", b'R{"a": 1}\n'):
-        assert grading._frame(raw) is None, raw
+def test_only_one_well_formed_result_frame_per_step_counts():
+    sp = assert_split.split("assert add(1, 2) == 3\nassert add(2, 2) == 4\n")
+
+    def outcomes(*frames: bytes) -> list:
+        d = grading.StepDialog(sp, wall_s=4, cpu_s=2, budget_end=time.monotonic() + 30, stop_early=False)
+        for f in frames:
+            d.received(f)
+        d.ended("ok")
+        return [o[0] for o in d.outcomes]
+
+    assert outcomes(b"R[0, 'done']\n", b"R[1, 'ok', 3]\n", b"R[2, 'ok', 4]\n") == ["correct", "correct"]
+    assert outcomes(b"R[0, 'done']\nR[1, 'ok', 3]\nR[2, 'ok', 4]\n") == ["correct", "correct"]  # one chunk
+    start = [b"R[0, 'done']\n", b"R[1, 'ok', 3]\n"]
+    for frames, want in (([*start, b"R[1, 'ok', 3]\n"], ["correct", "wrong"]),  # a step answered twice
+                         ([start[0], b"R[2, 'ok', 4]\n"], ["wrong", "no_result"]),  # out of turn
+                         ([*start, b"R{'a': 1}\n"], ["correct", "wrong"]),  # not a frame
+                         ([*start, b"Rnot a literal\n"], ["correct", "wrong"]),
+                         ([*start, b"R[2, 'ok', 4]"], ["correct", "no_result"])):  # never ended
+        assert outcomes(*frames) == want, frames
 
 
 # --- the uid sweep after a killed worker (issue 34: it failed on every kill, silently) ---

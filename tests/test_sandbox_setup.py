@@ -181,11 +181,19 @@ def test_doctor_reports_layers_when_healthy(capsys):
     # what the program sees, from its own listing: its root holds nothing of the host's /run,
     # /home or the checkout, and its identity has no supplementary groups
     seen = [ln.split(None, 1)[1] for ln in out.splitlines() if ln.strip().startswith("seen")]
-    assert any(ln.startswith("uid ") and ln.endswith("groups []") for ln in seen), out
+    uid_line = next(ln for ln in seen if ln.startswith("uid "))
+    # as root no supplementary group; a non-root trainer keeps its own, unmapped (docs/sandbox.md)
+    assert "groups [] " in uid_line or os.geteuid() != 0, out
+    assert uid_line.endswith("cpus 4"), out
     tops = {ln.split()[0] for ln in seen if ln.startswith("/") and ln.count("/") == 1}
+    # /root, /opt, /home only as parents of the interpreter
     assert tops <= {"/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/usr", "/proc", "/dev", "/tmp",
-                    "/root", "/opt", "/home"}, tops  # /root, /opt, /home only as parents of the interpreter
+                    "/root", "/opt", "/home", "/sys"}, tops
     assert "/run" not in tops and "/work" not in tops and "/etc" not in tops, tops
+    # /sys holds one file: the CPUs a program sees online (a constant 4, whatever the host has)
+    in_sys = [ln for ln in seen if ln.startswith("/sys/")]
+    assert in_sys == ["/sys/devices/system/cpu/online file read-only"], out
+    assert "/dev/shm dir writable" in seen, out
 
 
 def test_doctor_fails_with_the_step_when_the_sandbox_cannot_run(capsys, fresh_health):

@@ -259,10 +259,21 @@ def normalize_code(record: Mapping[str, Any], loc: _Loc, source: str) -> Example
         setup = [s if isinstance(s, str) else "\n".join(s) for s in setup if s]
         asserts.append("\n".join([*setup, *value]))
     found, value = _lookup(record, "test")  # HumanEval: def check(candidate) + entry_point
+    humaneval: dict[str, str] = {}
     if found and isinstance(value, str):
         entry = _field(record, ["entry_point"], loc, required=False)
+        if "def check(" in value and not entry and value.count("check(") < 2:
+            raise loc.error("the test defines check(candidate) but nothing calls it and the record has "
+                            "no 'entry_point' to call it with", field="entry_point")
         asserts.append(value + (f"\n\ncheck({entry})\n" if entry and "def check(" in value
                                 else ""))
+        if entry and "def check(" in value:
+            # the grader gives the test its own copy of the prompt's helpers (HumanEval/38's
+            # encode_cyclic): a program that redefines one changes only its own
+            humaneval["entry_point"] = entry
+            prompt = record.get("prompt")
+            if isinstance(prompt, str) and prompt.strip():
+                humaneval["helpers"] = prompt
     asserts = [a for a in asserts if a.strip()]
     if not pairs and not asserts:
         raise loc.error(f"no unit tests found (looked for {list(_PAIR_FIELDS)}, 'asserts', "
@@ -272,6 +283,7 @@ def normalize_code(record: Mapping[str, Any], loc: _Loc, source: str) -> Example
         reference["stdin_stdout"] = pairs
     if asserts:
         reference["asserts"] = "\n\n".join(asserts)
+        reference.update(humaneval)
     for k in ("difficulty", "starter_code", "language", "url", "contest", "platform"):
         v = _field(record, [k], loc, required=False)
         if v is not None and _json_scalar(v):

@@ -5,7 +5,8 @@ Process tree per run (the worker must be single-threaded: it forks):
     worker -> launcher (fork; as root: private mount ns with the bind sources staged where the
               sandbox uid can reach them, then setgroups([]) and the sandbox uid) -> exec bwrap
            -> bwrap's child: new user/mount/pid/net/ipc/uts/cgroup namespaces, a new root holding
-              only /usr, the interpreter's directories, /proc, /dev, a 64 MiB /tmp -> python
+              only /usr, the interpreter's directories, /proc, /dev (a 16 MiB /dev/shm), a 64 MiB
+              /tmp, /sys/devices/system/cpu/online -> python
 
 bwrap runs unprivileged in every mode (as root the launcher first drops to a uid of its own), so
 root and non-root trainers get the same sandbox: the user namespace maps only that uid and gid;
@@ -22,28 +23,25 @@ import dataclasses
 import errno as errno_mod
 import math
 import os
-import re
 import resource
-import select
 import shutil
-import signal
 import sys
 import sysconfig
 import tempfile
 import time
 
+import tseeds_jax.rewards._bwrap_watch as _bwrap_watch
 import tseeds_jax.rewards._linux as lx
 import tseeds_jax.rewards._mounts as _mounts
 import tseeds_jax.rewards.seccomp as seccomp_mod
 from tseeds_jax.rewards._common import (
     UID_BASE,
+    Dialog,
     RunResult,
     SandboxLimits,
     harness_args,
     interpreter_paths,
-    kill,
     reachable_by_others,
-    sweep_uid,
 )
 from tseeds_jax.rewards._mounts import SetupError, step, under
 
@@ -52,13 +50,20 @@ SYSTEM_LINKS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")  # merge
 WORKDIR = "/tmp/work"
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
 HOOK_MISSING_SOURCE = "/nonexistent/tseeds-sandbox-test-hook"
+SHM_MB = 16  # size of the private /dev/shm
+# The CPUs a program sees as online (os.cpu_count(), and so the default sizes of thread and process
+# pools): a constant, so that whether a program fits the process limit does not depend on the host.
+SANDBOX_CPUS = 4
+CPU_ONLINE = "/sys/devices/system/cpu/online"
 # The first line the interpreter runs, before the program: the process limit (see module
-# docstring), "started" on fd 3, every inherited fd above 2 closed; then main.py as __main__.
+# docstring), "started" on fd 3, every inherited fd above 2 closed; then main.py as __main__, read
+# as UTF-8 text (the program arrives as UTF-8 whatever its coding declaration says).
 PREAMBLE = (
     "import os,resource as r;r.setrlimit(r.RLIMIT_NPROC,({n},{n}));os.write(3,b's');"
     "os.closerange(3,1<<20)\n"
     "import sys,types;m=types.ModuleType('__main__');m.__file__='main.py';sys.argv=['main.py'];"
-    "sys.modules['__main__']=m;exec(compile(open('main.py','rb').read(),'main.py','exec'),m.__dict__)"
+    "sys.modules['__main__']=m;exec(compile(open('main.py',encoding='utf-8',errors='surrogateescape')"
+    ".read(),'main.py','exec'),m.__dict__)"
 )
 _STRERROR = {os.strerror(e): e for e in sorted(errno_mod.errorcode, reverse=True)}
 
@@ -107,11 +112,14 @@ def _site_dirs() -> list[str]:
 @dataclasses.dataclass(frozen=True)
 class View:
     """What the program sees besides /proc, /dev and /tmp: `binds` [(host source, sandbox path)]
-    read-only, `links` [(location, target)] symlinks, `hide` empty read-only tmpfs mounts."""
+    read-only, `links` [(location, target)] symlinks, `hide` empty read-only tmpfs mounts;
+    `binds[extra:]` are the extra binds, mounted after `hide` (numpy's directory inside a hidden
+    site-packages stays visible)."""
 
     binds: tuple[tuple[str, str], ...]
     links: tuple[tuple[str, str], ...]
     hide: tuple[str, ...]
+    extra: int = -1
 
 
 def plan_view(extra_binds: tuple[str, ...] = ()) -> View:
@@ -137,9 +145,10 @@ def plan_view(extra_binds: tuple[str, ...] = ()) -> View:
         if not any(under(loc, b) for _, b in binds) and loc not in [x for x, _ in links]:
             links.append((loc, target))
     hide = [s for s in _site_dirs() if any(under(s, b) for _, b in binds)]
+    first_extra = len(binds)
     for e in extra_binds:
         binds.append((os.path.realpath(e), os.path.abspath(e)))
-    return View(tuple(binds), tuple(links), tuple(hide))
+    return View(tuple(binds), tuple(links), tuple(hide), first_extra)
 
 
 _STAGE: list[str] = []  # per worker process: the root-owned directory the launcher mounts over
@@ -171,22 +180,30 @@ def _argv(bwrap: str, view: View, sources: list[str], limits: SandboxLimits, pyt
          "--as-pid-1", "--hostname", "sandbox",
          "--uid", str(uid), "--gid", str(uid if os.geteuid() == 0 else os.getgid())]
     system = {d for d in SYSTEM_DIRS} | {d for d in SYSTEM_LINKS}
-    for src, dest in view.binds:
+    binds = list(zip(view.binds, sources))
+    extra = binds[view.extra:] if view.extra >= 0 else []
+    for (src, dest), _ in binds:
         if dest in system:
             a += ["--ro-bind", src, dest]
     for loc, target in view.links:
         if loc in SYSTEM_LINKS:
             a += ["--symlink", target, loc]
-    a += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp",
-          "--perms", "0700", "--dir", WORKDIR]
-    for (_, dest), staged in zip(view.binds, sources):
+    # a small /dev/shm: multiprocessing's locks and queues live there (POSIX semaphores)
+    a += ["--proc", "/proc", "--dev", "/dev", "--size", str(SHM_MB << 20), "--tmpfs", "/dev/shm",
+          "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp", "--perms", "0700", "--dir", WORKDIR,
+          "--ro-bind-data", "7", CPU_ONLINE]
+    for (_, dest), staged in binds[:len(binds) - len(extra)]:
         if dest not in system:
             a += ["--ro-bind", staged, dest]
     for loc, target in view.links:
         if loc not in SYSTEM_LINKS:
             a += ["--symlink", target, loc]
     for h in view.hide:
-        a += ["--size", "4096", "--tmpfs", h, "--remount-ro", h]
+        a += ["--size", "4096", "--tmpfs", h]
+    for (_, dest), staged in extra:
+        a += ["--ro-bind", staged, dest]
+    for h in view.hide:
+        a += ["--remount-ro", h]
     if hook == "mount":
         a += ["--ro-bind", HOOK_MISSING_SOURCE, "/hook"]
     a += ["--file", "4", WORKDIR + "/main.py"]
@@ -212,8 +229,8 @@ def _launcher(argv, view, sources, limits, uid, fds, stage, hook) -> None:
                     else:
                         open(staged, "w").close()
                     lx.mount(src, staged, None, lx.MS_BIND | lx.MS_REC)
-        # 0 stdin, 1 stdout, 2 stderr, 3 status, 4 source, 5 seccomp, 6 harness spec (via high
-        # numbers: no clobbering)
+        # 0 stdin, 1 stdout, 2 stderr, 3 status, 4 source, 5 seccomp, 6 harness dialog, 7 the CPUs
+        # online (via high numbers: no clobbering)
         high = [os.dup2(fd, 1000 + i) for i, fd in enumerate(fds)]
         for i, fd in enumerate(high):
             os.dup2(fd, i)
@@ -246,46 +263,12 @@ def _launcher(argv, view, sources, limits, uid, fds, stage, hook) -> None:
             os._exit(126)
 
 
-def _layer(message: str) -> str:
-    m = message.lower()
-    if "namespace" in m or "uid map" in m or "gid map" in m or "setgroups" in m:
-        return "user namespace"
-    if "execvp" in m:
-        return "interpreter"
-    if "seccomp" in m:
-        return "seccomp filter"
-    if "loopback" in m:
-        return "network namespace"
-    if any(w in m for w in ("mount", "source path", "tmpfs", "pivot", "bind", "symlink", "mkdir")):
-        return "allowlisted root (mount namespace)"
-    return "sandbox setup"
-
-
-def _setup_error(stderr: bytes, python: str) -> dict:
-    """The failing step from bwrap's (or the launcher's) stderr line, else the interpreter's."""
-    lines = [ln for ln in stderr.decode(errors="replace").splitlines() if ln.strip()]
-    line = next((ln for ln in lines if ln.startswith(("bwrap: ", "launcher: "))), None)
-    if line is None:
-        first = lines[0] if lines else "the sandbox ended before the program started"
-        return {"step": f"start interpreter {python}", "errno": None, "errno_name": None,
-                "error": first[:300], "layer": "interpreter"}
-    what, _, why = line.partition(": ")[2].rpartition(": ")
-    what, why = (what, why) if what else (why, "")
-    errno = _STRERROR.get(why.strip())
-    named = re.search(r"\((E[A-Z0-9]+)\)", why)
-    if errno is None and named:
-        errno = getattr(errno_mod, named.group(1), None)
-    prefix = line.split(": ", 1)[0]
-    step_name = "exec " + what[len("execvp "):] if what.startswith("execvp ") else f"{prefix}: {what}"
-    return {"step": step_name, "errno": errno, "errno_name": errno_mod.errorcode.get(errno),
-            "error": (why or what)[:300], "layer": _layer(line)}
-
-
 def run(source: str, stdin: str, limits: SandboxLimits, *, extra_binds: tuple[str, ...] = (),
-        seccomp: bool = True, harness: tuple[str, bytes] | None = None) -> RunResult:
+        seccomp: bool = True, harness: tuple[str, Dialog] | None = None) -> RunResult:
     """One program in the allowlisted sandbox; sandbox failures come back as status sandbox_error
-    with `error` naming the step, the OS error and the missing `layer`. harness: (mode, spec) runs
-    `sandbox_harness` in that mode with the spec on fd 6; its result frame is `RunResult.result`."""
+    with `error` naming the step, the OS error and the missing `layer`. harness: (mode, dialog) runs
+    `sandbox_harness` in that mode, the dialog (`_common.Dialog`) talking to it on fds 6 and 3;
+    what came back on fd 3 is also `RunResult.result`."""
     t0 = time.monotonic()
     root = os.geteuid() == 0
     uid = UID_BASE + os.getpid() if root else os.getuid()
@@ -295,7 +278,7 @@ def run(source: str, stdin: str, limits: SandboxLimits, *, extra_binds: tuple[st
         bwrap = bwrap_binary()
         view = step("plan the sandbox's root", plan_view, tuple(extra_binds))
     except SetupError as e:
-        return _failed(e.as_dict() | {"layer": getattr(e, "layer", "sandbox setup")}, t0, python)
+        return _bwrap_watch.failed(e.as_dict() | {"layer": getattr(e, "layer", "sandbox setup")}, t0, python)
     sources = [src for src, _ in view.binds]
     stage = None
     if root:  # the sandbox uid cannot reach /root/...: stage every source (and bwrap) for it
@@ -310,111 +293,28 @@ def run(source: str, stdin: str, limits: SandboxLimits, *, extra_binds: tuple[st
     argv = _argv(bwrap, dataclasses.replace(view, binds=tuple(b for b in view.binds if b[1])),
                  [s for s, b in zip(sources, view.binds) if b[1]], limits, python, uid, seccomp, hook,
                  harness[0] if harness else None)
-    src_fd = os.memfd_create("tseeds_program", os.MFD_CLOEXEC)
-    os.write(src_fd, source.encode())
-    os.lseek(src_fd, 0, os.SEEK_SET)
-    sec_fd = os.memfd_create("tseeds_seccomp", os.MFD_CLOEXEC)
+    src_fd = _memfd("tseeds_program", source.encode())
     seccomp = seccomp and lx.seccomp_supported()
-    if seccomp:
-        os.write(sec_fd, seccomp_mod.filter_bytes())
-        os.lseek(sec_fd, 0, os.SEEK_SET)
-    spec_fds = []  # fd 6 in the sandbox: the harness's spec (assert tests only)
-    if harness:
-        spec_fds.append(os.memfd_create("tseeds_spec", os.MFD_CLOEXEC))
-        os.write(spec_fds[0], harness[1])
-        os.lseek(spec_fds[0], 0, os.SEEK_SET)
+    sec_fd = _memfd("tseeds_seccomp", seccomp_mod.filter_bytes() if seccomp else b"")
+    cpu_fd = _memfd("tseeds_cpus", f"0-{SANDBOX_CPUS - 1}\n".encode())
+    r_spec, w_spec = os.pipe()  # fd 6 in the sandbox: what the harness's dialog sends (assert tests)
     r_in, w_in = os.pipe()
     r_out, w_out = os.pipe()
     r_err, w_err = os.pipe()
     r_st, w_st = os.pipe()
     pid = os.fork()
-    child_fds = [r_in, w_out, w_err, w_st, src_fd, sec_fd, *spec_fds]
+    child_fds = [r_in, w_out, w_err, w_st, src_fd, sec_fd, r_spec, cpu_fd]
     if pid == 0:
         _launcher(argv, view, sources, limits, uid, child_fds, stage, hook)
     for fd in child_fds:
         os.close(fd)
-    return _supervise(pid, uid if root else None, limits, stdin.encode(), w_in, r_out, r_err, r_st, t0,
-                      python, seccomp)
+    fds = {"w_in": w_in, "r_out": r_out, "r_err": r_err, "r_st": r_st, "w_spec": w_spec}
+    return _bwrap_watch.supervise(pid, uid if root else None, limits, stdin.encode(), fds, t0, python,
+                                  seccomp, harness[1] if harness else None)
 
 
-def _failed(error: dict, t0: float, python: str) -> RunResult:
-    return RunResult("sandbox_error", None, "", f"sandbox setup failed: {error['step']}: {error['error']}",
-                     time.monotonic() - t0, 0.0, {"backend": "bubblewrap", "python": python}, error)
-
-
-def _supervise(pid, sweep, limits, data, w_in, r_out, r_err, r_st, t0, python, seccomp) -> RunResult:
-    os.set_blocking(w_in, False)
-    out, err, result = bytearray(), bytearray(), bytearray()
-    open_fds = {r_out, r_err, r_st}
-    pending = memoryview(data)
-    if not data:
-        os.close(w_in)
-        w_in = None
-    started, status, deadline = False, None, t0 + limits.wall_s
-    while open_fds:
-        now = time.monotonic()
-        if now >= deadline:
-            status = "timeout"
-            break
-        r, w, _ = select.select(list(open_fds), [w_in] if w_in is not None else [], [], deadline - now)
-        if w:
-            try:
-                pending = pending[os.write(w_in, pending[:65536]):]
-            except BlockingIOError:
-                pass
-            except BrokenPipeError:
-                pending = pending[:0]
-            if not pending:
-                os.close(w_in)
-                w_in = None
-        for fd in r:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                open_fds.discard(fd)
-            elif fd == r_out:
-                out += chunk
-            elif fd == r_err:
-                err += chunk
-            else:
-                result += chunk[0 if started else 1:]
-                started = True
-        if max(len(out), len(result)) > limits.output_bytes or len(err) > limits.stderr_bytes:
-            status = "output_limit"
-            break
-    if w_in is not None:
-        os.close(w_in)
-    done, wstatus, ru = os.wait4(pid, os.WNOHANG)
-    if not done:
-        kill(pid)  # bwrap; its child dies with it (--die-with-parent), and the pid namespace with that
-        done, wstatus, ru = os.wait4(pid, 0)
-    if sweep is not None and status is not None:
-        sweep_uid(sweep)
-    for fd in (r_out, r_err, r_st):
-        os.close(fd)
-    cpu = ru.ru_utime + ru.ru_stime
-    isolation = {"backend": "bubblewrap", "allowlisted_root": True, "user": True, "mount": True, "net": True,
-                 "pid": True, "ipc": True, "uts": True, "seccomp": seccomp, "weak": False,
-                 "uid": sweep, "groups": [] if sweep is not None else "the caller's, unmapped",
-                 "python": python}
-    code = os.waitstatus_to_exitcode(wstatus)
-    # bwrap exits with the program's status; a program killed by signal N gives 128 + N
-    if code > 128:
-        code = -(code - 128)
-    tail = err[-2000:].decode(errors="replace")
-    if not started and status != "timeout":
-        error = _setup_error(bytes(err), python)
-        tail = f"sandbox setup failed: {error['step']}: {error['error']}\n{tail}"[:2000]
-        return RunResult("sandbox_error", None, "", tail, time.monotonic() - t0, cpu, isolation, error)
-    if status is None:
-        if code == 0:
-            status = "ok"
-        elif code == -signal.SIGKILL and cpu >= 0.5 * math.ceil(limits.cpu_s):
-            status = "cpu_limit"  # tick-sampled RLIMIT_CPU vs precise rusage (see docs/sandbox.md)
-        elif "MemoryError" in tail:
-            status = "memory"
-        elif code < 0:
-            status = "killed"
-        else:
-            status = "exit_nonzero"
-    return RunResult(status, code, out[: limits.output_bytes].decode(errors="replace"), tail,
-                     time.monotonic() - t0, cpu, isolation, result=bytes(result))
+def _memfd(name: str, data: bytes) -> int:
+    fd = os.memfd_create(name, os.MFD_CLOEXEC)
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd

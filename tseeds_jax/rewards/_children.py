@@ -16,7 +16,6 @@ from pathlib import Path
 
 import tseeds_jax.rewards._linux as lx
 import tseeds_jax.rewards._mounts as _mounts
-from tseeds_jax.rewards._common import harness_args
 from tseeds_jax.rewards._mounts import SetupError, step
 
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -114,8 +113,8 @@ def _program_child(cfg: dict, fds: dict) -> None:
     if os.environ.get(_mounts.FAIL_ENV) == "exec":
         python = "/nonexistent/tseeds-sandbox-test-hook/python3"
     try:
-        if cfg.get("harness"):  # RLIMIT_NPROC is ours to set (above), not the harness's
-            os.execve(python, [python, "-I", "-B", *harness_args(cfg["harness"], 0)], env)
+        if cfg.get("harness"):  # RLIMIT_NPROC is ours to set (above), not the harness's (nproc 0)
+            os.execve(python, [python, "-I", "-B", *cfg["harness"]], env)
         os.execve(python, [python, "-I", "-B", "main.py"], env)
     except OSError as e:
         hint = f" (needed directories that are themselves hidden: {cfg['refused']})" if cfg["refused"] else ""

@@ -61,16 +61,44 @@ class RunResult:
 
 
 
-_HARNESS = (Path(__file__).with_name("sandbox_harness.py"), [])
+_HERE = Path(__file__).parent
+_HARNESS = (_HERE / "sandbox_harness.py", (_HERE / "sandbox_server.py", _HERE / "sandbox_checker.py"), {})
 
 
 def harness_args(mode: str, nproc: int) -> list[str]:
-    """`-c SOURCE MODE` running `sandbox_harness` in `mode` ("call" or "check"); nproc 0: the
-    harness leaves RLIMIT_NPROC alone (the weak backend without a user namespace of its own)."""
-    path, cache = _HARNESS
-    if not cache:
-        cache.append(path.read_text())
-    return ["-c", cache[0].replace("_NPROC = 16", f"_NPROC = {int(nproc)}", 1), mode]
+    """`-c SOURCE MODE` running `sandbox_harness` in `mode` ("steps", or "check" with
+    `sandbox_server` and `sandbox_checker` appended); nproc 0: the harness leaves RLIMIT_NPROC
+    alone (the weak backend without a user namespace of its own)."""
+    if mode not in ("steps", "check"):
+        raise ValueError(f"harness mode must be 'steps' or 'check', got {mode!r}")
+    harness, checker, cache = _HARNESS
+    if mode not in cache:
+        parts = [harness, *(checker if mode == "check" else ())]
+        text = "\n".join(p.read_text() for p in parts)
+        cache[mode] = text + f"\n_main({mode!r})\n"
+    return ["-c", cache[mode].replace("_NPROC = 16", f"_NPROC = {int(nproc)}", 1), mode]
+
+
+class Dialog:
+    """What a harness run exchanges with the worker while it runs (`grading` makes them; both
+    backends' supervisors drive them): `outgoing` bytes to write to the harness's fd 6, `received`
+    with each chunk of its result channel (fd 3, the start byte removed), `deadline` (monotonic
+    seconds) of what it waits for now, `finished` once it needs nothing more (the run is then
+    ended), and `ended(status)` once the run is over, with the supervisor's status for it;
+    `restart()` before it is used again (the weak backend after bubblewrap failed)."""
+
+    outgoing: bytearray
+    deadline: float = float("inf")
+    finished: bool = False
+
+    def received(self, data: bytes) -> None:
+        raise NotImplementedError
+
+    def ended(self, status: str | None) -> None:
+        raise NotImplementedError
+
+    def restart(self) -> None:
+        raise NotImplementedError
 
 
 def reachable_by_others(path: str) -> bool:

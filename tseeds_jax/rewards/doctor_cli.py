@@ -20,7 +20,8 @@ PROGRAM = "a, b = map(int, input().split())\nprint(a + b)\n"
 REFERENCE = {"stdin_stdout": [["2 3\n", "5\n"]]}
 
 _LAYERS = (
-    ("allowlisted_root", "allowlisted root", "only /usr, the interpreter, /proc, /dev, a private /tmp"),
+    ("allowlisted_root", "allowlisted root", "only /usr, the interpreter, /proc, /dev (a 16 MiB /dev/shm), a "
+                                             "private /tmp, the CPU count (4)"),
     ("user", "user namespace", "only the program's own uid and gid mapped"),
     ("mount", "mount namespace", "the host's mounts out of reach"),
     ("pid", "pid namespace", "no process outlives the program"),
@@ -48,18 +49,26 @@ for name, x86, a64, args in [
     print(name + "|" + str(ctypes.get_errno() if r < 0 else 0))
 """
 # The grading protocol, end to end: a wrong program that ends before the tests (the issue 34
-# attack) must score 0, its honest version 1.
+# attack) must score 0 on split asserts, an always-equal object (issue 45: an assert form the
+# splitter leaves to the checker) 0 there, and the honest versions 1.
 GRADING_REFERENCE = {"asserts": "assert add(1, 2) == 3\nassert add(10, -4) == 6"}
+CHECKED_REFERENCE = {"asserts": "assert add(1, 2) == 3 and add(10, -4) == 6"}
 GRADING_WRONG = "import os\ndef add(a, b):\n    return 0\nos._exit(0)\n"
+CHECKED_WRONG = ("class Yes:\n    def __eq__(self, other):\n        return True\n"
+                 "def add(a, b):\n    return Yes()\n")
 GRADING_HONEST = "import sys\ndef add(a, b):\n    return a + b\nif __name__ == '__main__':\n    sys.exit(3)\n"
 # What the program sees, from the inside (run by `main` in this process: it is single-threaded).
 PROBE = """import os
-print("uid", os.getuid(), "gid", os.getgid(), "groups", os.getgroups())
+print("uid", os.getuid(), "gid", os.getgid(), "groups", os.getgroups(), "cpus", os.cpu_count())
 for top in ("/", "/tmp", "/dev"):
     for name in sorted(os.listdir(top)):
         p = os.path.join(top, name)
         kind = "-> " + os.readlink(p) if os.path.islink(p) else ("dir" if os.path.isdir(p) else "file")
         print(p, kind, "writable" if os.access(p, os.W_OK) else "read-only")
+for d, _, files in os.walk("/sys"):
+    for name in sorted(files):
+        p = os.path.join(d, name)
+        print(p, "file", "writable" if os.access(p, os.W_OK) else "read-only")
 """
 
 
@@ -152,10 +161,14 @@ def _show_grading() -> list[str]:
 
     wrong = registry.score_result("code", GRADING_WRONG, GRADING_REFERENCE)
     honest = registry.score_result("code", GRADING_HONEST, GRADING_REFERENCE)
-    ok = wrong.score == 0.0 and honest.score == 1.0
+    wrong_c = registry.score_result("code", CHECKED_WRONG, CHECKED_REFERENCE)
+    honest_c = registry.score_result("code", GRADING_HONEST, CHECKED_REFERENCE)
+    ok = wrong.score == 0.0 and honest.score == 1.0 and wrong_c.score == 0.0 and honest_c.score == 1.0
     print(f"  grading protocol   {'active' if ok else 'FAILED'}: asserts split, expected values kept "
           f"outside; an early-exit wrong program scored {wrong.score:.0f} ({wrong.reason}), its honest "
-          f"version {honest.score:.0f} ({honest.reason})")
+          f"version {honest.score:.0f} ({honest.reason}); in the checker an always-equal object scored "
+          f"{wrong_c.score:.0f} ({wrong_c.reason}), the honest version {honest_c.score:.0f} "
+          f"({honest_c.reason})")
     failed = health.sweep_failures()
     print(f"  uid sweeps failed  {len(failed)}" + (f": {failed[-1]}" if failed else ""))
     return [] if ok else ["grading protocol"]

@@ -126,7 +126,44 @@ def extract_answer(text: str, method: str = "auto", marker: str = "####") -> str
     return None
 
 
-def code_block(text: str) -> str:
-    """The last ```python fenced block (also ```py / ```python3), else the whole text."""
+_STDIN_RE = re.compile(r"\binput\s*\(|\bstdin\b|\bopen\s*\(\s*0\b|\bfileinput\b")
+
+
+def _defines(block: str) -> set[str] | None:
+    """Top-level names a block defines (functions, classes, assignments, imports); None if it
+    does not parse."""
+    import ast
+
+    try:
+        tree = ast.parse(block)
+    except (SyntaxError, ValueError):
+        return None
+    out: set[str] = set()
+    for s in tree.body:
+        if isinstance(s, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            out.add(s.name)
+        elif isinstance(s, (ast.Assign, ast.AnnAssign)):
+            targets = s.targets if isinstance(s, ast.Assign) else [s.target]
+            out |= {n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name)}
+        elif isinstance(s, (ast.Import, ast.ImportFrom)):
+            out |= {(a.asname or a.name).split(".")[0] for a in s.names}
+    return out
+
+
+def code_block(text: str, names: set[str] | frozenset[str] = frozenset(), stdin: bool = False) -> str:
+    """The program in a response: of its ```python fenced blocks (also ```py / ```python3), the last
+    one that defines one of `names` (the functions the tests call), else (`stdin`: a program
+    reading its input) the last one that reads stdin, else the last one that parses, else the last
+    one; the whole text when there is no such block. A trailing usage example is not the program."""
     blocks = _CODE_RE.findall(text)
-    return blocks[-1] if blocks else text
+    if not blocks:
+        return text
+    defined = [_defines(b) for b in blocks]
+    for b, d in zip(reversed(blocks), reversed(defined)):
+        if names and d and d & set(names):
+            return b
+    if stdin:
+        for b, d in zip(reversed(blocks), reversed(defined)):
+            if d is not None and _STDIN_RE.search(b):
+                return b
+    return next((b for b, d in zip(reversed(blocks), reversed(defined)) if d is not None), blocks[-1])

@@ -2,12 +2,14 @@
 
 `run_program` runs it in the allowlisted bubblewrap sandbox (`_bwrap`): a root of its own holding
 only /usr, the interpreter and its standard library (site-packages hidden), /proc, a minimal /dev
-and a small /tmp; new user, mount, pid, network, IPC, UTS and cgroup namespaces; rlimits. It fails
-closed: when a layer cannot be had, the result is `sandbox_error` with `error["layer"]` naming it.
-Only the explicit switch `allow_weak_isolation` (config `sandbox_allow_weak_isolation`, off by
-default) lets such a machine grade with the weaker namespace sandbox (`weak_isolation`: the host's
-filesystem read-only with a denylist of hidden directories; as non-root without namespaces, rlimits
-and seccomp only), and every such result records `isolation["weak"] = True` and why.
+with a small /dev/shm, a small /tmp and the CPU count (4) under /sys; new user, mount, pid,
+network, IPC, UTS and cgroup namespaces; rlimits. It fails closed: when a layer cannot be had, the
+result is `sandbox_error` with `error["layer"]` naming it. Only the explicit switch
+`allow_weak_isolation` (config `sandbox_allow_weak_isolation`, off by default) lets such a machine
+grade with the weaker namespace sandbox (`weak_isolation`: the host's filesystem read-only with a
+denylist of hidden directories; as non-root without namespaces, rlimits and seccomp only), and
+every such result records `isolation["weak"] = True` and why. `package_binds` finds what makes an
+installed package importable in there.
 
 Must be called from a single-threaded process (it forks): the reward workers of `_pool`.
 """
@@ -15,13 +17,14 @@ Must be called from a single-threaded process (it forks): the reward workers of 
 from __future__ import annotations
 
 import os
+import sys
 
 import tseeds_jax.rewards._bwrap as _bwrap
 import tseeds_jax.rewards.weak_isolation as weak_isolation
-from tseeds_jax.rewards._common import PROJECT_ROOT, UID_BASE, RunResult, SandboxLimits, warn_once
+from tseeds_jax.rewards._common import PROJECT_ROOT, UID_BASE, Dialog, RunResult, SandboxLimits, warn_once
 
 __all__ = ["BINDS_ENV", "PROJECT_ROOT", "UID_BASE", "RunResult", "SandboxLimits", "WEAK_ENV", "configure",
-           "configured_binds", "run_program", "weak_isolation_allowed"]
+           "configured_binds", "package_binds", "run_program", "weak_isolation_allowed"]
 
 # How the config switch reaches the reward workers (they inherit the trainer's environment).
 WEAK_ENV = "TSEEDS_SANDBOX_ALLOW_WEAK_ISOLATION"
@@ -61,6 +64,24 @@ def configure(*, allow_weak_isolation: bool = False, extra_binds: tuple[str, ...
     _pool.restart_shared(_pool.shared_python())
 
 
+def package_binds(names) -> tuple[str, ...]:
+    """The directories that make installed top-level packages importable in the sandbox (its
+    site-packages are hidden): the package and a sibling `NAME.libs` of bundled shared libraries
+    (numpy's wheels keep OpenBLAS there). ValueError naming a package that is not installed."""
+    import importlib.util
+
+    if isinstance(names, str) or not all(isinstance(n, str) and n.isidentifier() for n in names):
+        raise ValueError(f"packages must be a list of package names, got {names!r}"[:200])
+    out: list[str] = []
+    for name in names:
+        spec = importlib.util.find_spec(name)
+        if spec is None or not (spec.submodule_search_locations or spec.origin):
+            raise ValueError(f"packages: {name!r} is not installed for {sys.executable}")
+        for d in list(spec.submodule_search_locations or []) or [spec.origin]:
+            out += [p for p in (os.path.realpath(d), os.path.realpath(d) + ".libs") if os.path.exists(p)]
+    return tuple(dict.fromkeys(out))
+
+
 def refusal(error: dict) -> str:
     """One line for a result the sandbox refused to grade."""
     return (f"the code sandbox refuses to grade: missing layer: {error.get('layer')} "
@@ -76,13 +97,13 @@ def run_program(
     extra_binds: tuple[str, ...] = (),
     allow_weak_isolation: bool | None = None,
     seccomp: bool = True,
-    harness: tuple[str, bytes] | None = None,
+    harness: tuple[str, Dialog] | None = None,
 ) -> RunResult:
     """Run Python `source` with `stdin`; never raises for program misbehaviour.
 
     extra_binds: host files or directories the program may read (bound read-only at the same path).
     allow_weak_isolation: None reads the switch from the environment (`configure`).
-    harness: (mode, spec) runs `source` under `sandbox_harness` (assert tests, see `grading`).
+    harness: (mode, dialog) runs `source` under `sandbox_harness` (assert tests, see `grading`).
     """
     if not isinstance(source, str) or not isinstance(stdin, str):
         raise TypeError(f"source and stdin must be str, got {type(source).__name__}/{type(stdin).__name__}")
@@ -100,6 +121,8 @@ def run_program(
         res.stderr_tail = (refusal(res.error) + "\n" + res.stderr_tail)[:2000]
         return res
     _UNAVAILABLE.append(res.error)
+    if harness:
+        harness[1].restart()
     return _weak(source, stdin, limits, res.error, seccomp, harness)
 
 

@@ -31,12 +31,15 @@ import tempfile
 import time
 
 import tseeds_jax.rewards._mounts as _mounts
+from tseeds_jax.rewards._bwrap_watch import write_some
 from tseeds_jax.rewards._children import SAFE_PATH, setup_child
 from tseeds_jax.rewards._common import (
     PROJECT_ROOT,
     UID_BASE,
+    Dialog,
     RunResult,
     SandboxLimits,
+    harness_args,
     interpreter_failure,
     interpreter_paths,
     kill,
@@ -85,9 +88,10 @@ def run_program(
     *,
     extra_hidden: tuple[str, ...] = (),
     seccomp: bool = True,
-    harness: tuple[str, bytes] | None = None,
+    harness: tuple[str, Dialog] | None = None,
 ) -> RunResult:
     """Run Python `source` with `stdin` in the sandbox; never raises for program misbehaviour.
+    harness: (mode, dialog) as for the bubblewrap backend (`_bwrap.run`).
 
     Must be called from a single-threaded process (see module docstring).
     """
@@ -117,60 +121,64 @@ def run_program(
         "python": sys.executable,
         "fallback_python": fallback_python,
         "fallback_workdir": workdir,
-        "harness": harness[0] if harness else None,
+        # read here: inside the setup child's mount namespace the checkout may be hidden
+        "harness": harness_args(harness[0], 0) if harness else None,
     }
     r_res, w_res = os.pipe()
-    spec_fd = os.memfd_create("tseeds_spec", os.MFD_CLOEXEC)
-    os.write(spec_fd, harness[1] if harness else b"")
-    os.lseek(spec_fd, 0, os.SEEK_SET)
+    r_spec, w_spec = os.pipe()  # the harness's fd 6: what its dialog sends
     r_in, w_in = os.pipe()
     r_out, w_out = os.pipe()
     r_err, w_err = os.pipe()
     r_st, w_st = os.pipe2(os.O_CLOEXEC)
     setup_pid = os.fork()
     if setup_pid == 0:
-        for fd in (w_in, r_out, r_err, r_st, r_res):
+        for fd in (w_in, r_out, r_err, r_st, r_res, w_spec):
             os.close(fd)
         setup_child(cfg, {"stdin": r_in, "stdout": w_out, "stderr": w_err, "status": w_st,
-                          "result": w_res, "spec": spec_fd})
-    for fd in (r_in, w_out, w_err, w_st, w_res, spec_fd):
+                          "result": w_res, "spec": r_spec})
+    for fd in (r_in, w_out, w_err, w_st, w_res, r_spec):
         os.close(fd)
+    dialog = harness[1] if harness else None
     try:
-        return _supervise(setup_pid, uid, limits, stdin.encode(), w_in, r_out, r_err, r_st, r_res, t0)
+        res = _supervise(setup_pid, uid, limits, stdin.encode(), (w_in, r_out, r_err, r_st, r_res, w_spec),
+                         t0, dialog)
     finally:
         shutil.rmtree(fallback_dir, ignore_errors=True)
+    if dialog is not None:
+        dialog.ended(res.status)
+    return res
 
 
-def _supervise(setup_pid, uid, limits, data, w_in, r_out, r_err, r_st, r_res, t0) -> RunResult:
+def _supervise(setup_pid, uid, limits, data, fds, t0, dialog) -> RunResult:
+    w_in, r_out, r_err, r_st, r_res, w_spec = fds
     os.set_blocking(w_in, False)
+    os.set_blocking(w_spec, False)
     out, err, st, res = bytearray(), bytearray(), bytearray(), bytearray()
     open_fds = {r_out, r_err, r_st, r_res}
-    if data:
-        pending = memoryview(data)
-    else:
+    pending = bytearray(data)
+    if not pending:
         os.close(w_in)
-        w_in, pending = None, None
+        w_in = None
     status, prog_pid, exit_line, deadline = None, None, None, t0 + limits.wall_s
-    st_pos = 0
+    st_pos, finished = 0, False
     while open_fds:
         now = time.monotonic()
+        due = deadline if dialog is None or exit_line is not None else min(deadline, dialog.deadline)
         if exit_line is not None and now > deadline + 1.0:
             break  # program gone; something (a stray child) still holds the pipes
-        if exit_line is None and now >= deadline:
+        if exit_line is None and now >= due:
             status = "timeout"
             break
         wfds = [w_in] if w_in is not None else []
-        r, w, _ = select.select(list(open_fds), wfds, [], max(0.0, deadline - now) + 0.01)
-        if w:
-            try:
-                n = os.write(w_in, pending[:65536])
-                pending = pending[n:]
-            except (BrokenPipeError, BlockingIOError) as e:
-                if isinstance(e, BrokenPipeError):
-                    pending = pending[:0]
-            if not pending:
-                os.close(w_in)
-                w_in = None
+        if dialog is not None and dialog.outgoing and w_spec is not None:
+            wfds.append(w_spec)
+        r, w, _ = select.select(list(open_fds), wfds, [], max(0.0, due - now) + 0.01)
+        if w_in in w and (not write_some(w_in, pending) or not pending):
+            os.close(w_in)
+            w_in = None
+        if w_spec in w and not write_some(w_spec, dialog.outgoing):
+            os.close(w_spec)
+            w_spec = None
         for fd in r:
             chunk = os.read(fd, 65536)
             if not chunk:
@@ -180,7 +188,11 @@ def _supervise(setup_pid, uid, limits, data, w_in, r_out, r_err, r_st, r_res, t0
                 out += chunk
             elif fd == r_err:
                 err += chunk
+                if len(err) > 2 * limits.stderr_bytes:  # drained, never fatal: its tail is kept
+                    del err[:-limits.stderr_bytes]
             elif fd == r_res:
+                if dialog is not None:
+                    dialog.received(chunk[1:] if not res and chunk.startswith(b"s") else chunk)
                 res += chunk
             else:
                 st += chunk
@@ -196,11 +208,15 @@ def _supervise(setup_pid, uid, limits, data, w_in, r_out, r_err, r_st, r_res, t0
                             sweep_uid(uid)  # background children die with the program
                     elif line.startswith("err "):
                         deadline = min(deadline, time.monotonic() + 1.0)
-        if len(out) > limits.output_bytes or len(err) > limits.stderr_bytes or len(res) > limits.output_bytes:
+        if len(out) > limits.output_bytes or (dialog is None and len(res) > limits.output_bytes):
             status = "output_limit"
             break
-    if w_in is not None:
-        os.close(w_in)
+        if dialog is not None and dialog.finished:
+            finished = True  # every answer it needs has come: the run is ended, not waited for
+            break
+    for fd in (w_in, w_spec):
+        if fd is not None:
+            os.close(fd)
     if exit_line is None and prog_pid is not None:
         kill(prog_pid)  # pid 1 of its namespace: the kernel kills the rest of the namespace
     if uid is not None:
@@ -232,17 +248,19 @@ def _supervise(setup_pid, uid, limits, data, w_in, r_out, r_err, r_st, r_res, t0
     if exit_line is not None:
         wstatus, cpu = int(exit_line.split()[1]), float(exit_line.split()[2])
         exit_code = os.waitstatus_to_exitcode(wstatus)
-    stderr_tail = err[-2000:].decode(errors="replace")
+    stderr_tail = err[-limits.stderr_bytes:][-2000:].decode(errors="replace")
     error = next((json.loads(ln[4:]) for ln in lines if ln.startswith("err ")), None)
-    if error is None and status is None and exit_line is None:
+    if error is None and status is None and exit_line is None and not finished:
         # The setup child died without a word (killed, or it crashed before reporting).
         error = {"step": "sandbox setup", "errno": None, "errno_name": None,
                  "error": f"setup process ended with status {os.waitstatus_to_exitcode(setup_status)}"}
-    if error is None and status is None:
+    if error is None and status is None and not finished:
         error = interpreter_failure(exit_code, stderr_tail, isolation["python"])
     if error is not None:
         status = "sandbox_error"
         stderr_tail = f"sandbox setup failed: {error['step']}: {error['error']}\n{stderr_tail}"[:2000]
+    elif finished:
+        status = "ok"
     elif status is None:
         if exit_code == 0:
             status = "ok"
