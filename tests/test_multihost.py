@@ -112,6 +112,30 @@ def test_two_processes_overlapped_generation_match_one_process(tmp_path):
     assert max(stats[0]["partial"]["group_staleness_max"]) == 2
 
 
+# The peer restart methods on several hosts (rl/methods/prefix.py, branch.py): every host draws
+# the whole batch and keeps its share; PrefixRL's pool is sampled by share and gathered; FR3E's
+# anchors come from one stream over every host's first-pass rollouts.
+def _restart(method):
+    from tseeds_jax.rl.config.methods import overrides
+
+    return {"overrides": {**overrides(method), "restart.pool_prompts": 4, "steps": 3}}
+
+
+@pytest.mark.slow  # ~40 s
+def test_two_processes_branch_from_the_anchors_one_process_draws(tmp_path):
+    single, _ = _run(tmp_path, "single", 1, _restart("fr3e"))
+    multi, _ = _run(tmp_path, "multi", 2, _restart("fr3e"))
+    _assert_same_run(single, multi, "FR3E, 2 processes")
+
+
+@pytest.mark.manual  # ~2 min
+@pytest.mark.parametrize("method", ["prefixrl", "questa", "cure"])
+def test_two_processes_restart_method_matches_one_process(tmp_path, method):
+    single, _ = _run(tmp_path, "single", 1, _restart(method))
+    multi, _ = _run(tmp_path, "multi", 2, _restart(method))
+    _assert_same_run(single, multi, f"{method}, 2 processes")
+
+
 def _run_shared(tmp_path, name, spec):
     """Two processes on one run dir (as a gs:// run root on a pod); the npz of process 0."""
     port = _free_port()

@@ -103,7 +103,7 @@ def _read(path: str) -> dict[str, dict]:
 def compare(args) -> int:
     rows = []
     names = sorted(os.path.relpath(os.path.join(d, f), args.old)
-                   for d, _, files in os.walk(args.old) for f in files
+                   for d, _, files in os.walk(args.old, followlinks=True) for f in files
                    if f in ("metrics.jsonl", "eval.json"))
     bad = 0
     for name in names:

@@ -364,11 +364,10 @@ def make_trainer(cfg: TrainConfig, *, config_json: dict | None = None, checkpoin
     several = math.prod(mesh.devices.shape) > 1
     if several:
         env.params = jax.device_put(env.params, sharding.param_shardings(env.params, mesh))
-    trainer = Trainer(cfg, env, mesh=mesh if several else None, lag=lag)
+    trainer = Trainer(cfg, env, mesh=mesh, lag=lag)
     if several:
         # Optimizer moments follow their parameters; counters are replicated. Placing the whole
         # state (not only params) makes restored checkpoints land on the same layout.
         trainer.state = jax.device_put(trainer.state,
                                        sharding.param_shardings(trainer.state, mesh))
-    trainer.update.mesh = mesh  # a global batch of every host's rows needs it
     return trainer

@@ -69,16 +69,19 @@ class TrainEnv:
 
 class Trainer:
     def __init__(self, cfg: TrainConfig, env: TrainEnv, *, mesh=None, lag: int | None = None):
-        """mesh: the training mesh (several devices), or None. lag: run M2PO's lag machinery with
+        """mesh: the training mesh, or None (one device). lag: run M2PO's lag machinery with
         this many steps instead of `stale.steps` (tests)."""
         self.cfg, self.env, self.mesh = cfg, env, mesh
         self.hosts = hosts_lib.Hosts.current()
         # Fail before any work when the sampler placement cannot run on this process layout.
         hosts_lib.check_sampler_placement(cfg.hardware.sampler_placement, self.hosts,
                                           params_mesh(env.params))
+        # The learner places each batch on the mesh; on several hosts the batch arrives as one
+        # global array of every host's rows (`Update`), already laid out.
+        several = mesh is not None and mesh.devices.size > 1
         self.learner = Learner(env.graphdef, env.params, cfg.loss, cfg.optim,
                                variant=cfg.seeds.variant, old_logp_mode=old_logp_mode(cfg),
-                               mesh=mesh if self.hosts.single else None)
+                               mesh=mesh if several and self.hosts.single else None)
         self.row_stats = RowStats(self.learner, hosts=self.hosts,
                                   micro_batch_size=cfg.optim.micro_batch_size,
                                   prompt_width=cfg.data.max_prompt_len,
@@ -91,10 +94,9 @@ class Trainer:
         ctx = SourceContext(cfg, env=env, hosts=self.hosts, stats=self.row_stats,
                             hooks=self.hooks, collective_sampler=collective)
         self.source = routes.build_source(cfg, ctx, traces=env.offpolicy, lag=lag)
-        self.update = Update(cfg, self.learner, self.row_stats, self.hooks, self.hosts,
+        self.update = Update(cfg, self.learner, self.row_stats, self.hooks, self.hosts, mesh=mesh,
                              ref_params=env.ref_params,
                              weight_sync=getattr(env.sample_fn, "weight_sync", None))
-        self.update.mesh = mesh
         self.state: TrainState = self.learner.init_state(env.params)
         self.step = 0
         self.writer = MetricsWriter(cfg.run_dir)

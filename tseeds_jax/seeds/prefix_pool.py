@@ -41,7 +41,8 @@ def prefix(trace: list[int], ratio: float) -> list[int]:
 def save(run_dir: str, pool: list[dict[str, Any]], meta: dict[str, Any]) -> str:
     path = os.path.join(run_dir, POOL_FILE)
     os.makedirs(run_dir, exist_ok=True)
-    tmp = path + ".tmp"
+    # every host writes the same pool; each through its own temporary file (a shared run dir)
+    tmp = f"{path}.{os.getpid()}.tmp"
     with open(tmp, "w") as f:
         json.dump({"meta": meta, "pool": pool}, f)
     os.replace(tmp, path)

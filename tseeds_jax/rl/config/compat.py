@@ -91,14 +91,10 @@ REFUSED = {
                                      "interrupt, and the pool admits prompts, not traces",
     frozenset({"prefix", "lag"}): "the restart method " + _RESTART_SYNC,
     frozenset({"prefix", "overlap"}): "the restart method " + _RESTART_SYNC,
-    frozenset({"prefix", "hosts"}): "PrefixRL's pool and QuestA's hints are drawn for the whole "
-                                    "batch by one process",
     frozenset({"branch", "lag"}): "the restart method " + _RESTART_SYNC,
     frozenset({"branch", "overlap"}): "the restart method " + _RESTART_SYNC,
     frozenset({"branch", "partial"}): "branches restart from the same step's scored first-pass "
                                       "rollouts: two dependent generations, not one pool",
-    frozenset({"branch", "hosts"}): "anchors are drawn from one random stream over the whole "
-                                    "batch's first-pass rollouts",
     frozenset({"partial", "filter"}): "the pool admits whole groups before their rewards are "
                                       "known; dynamic sampling would discard admitted groups",
     frozenset({"partial", "topk"}): "a carried response has no proposal top-K for the tokens "

@@ -21,12 +21,13 @@ from tseeds_jax.rl.run import hosts as hosts_lib
 
 
 class Update:
-    def __init__(self, cfg, learner, row_stats, hooks, hosts, *, ref_params=None,
+    def __init__(self, cfg, learner, row_stats, hooks, hosts, *, mesh=None, ref_params=None,
                  weight_sync=None):
-        """weight_sync: the decode layout's weight sync (its reshard seconds are reported)."""
+        """mesh: the training mesh (a global batch of every host's rows is laid out on it);
+        weight_sync: the decode layout's weight sync (its reshard seconds are reported)."""
         self.cfg, self.learner, self.stats, self.hooks = cfg, learner, row_stats, hooks
-        self.hosts, self.ref_params, self.weight_sync = hosts, ref_params, weight_sync
-        self.mesh = None  # the training mesh, for a global batch of every host's rows
+        self.hosts, self.mesh, self.ref_params = hosts, mesh, ref_params
+        self.weight_sync = weight_sync
 
     def __call__(self, state, samples, info: StepInfo, params, step: int):
         """(new state, metrics). params: the learner's parameters of this step as the statistics

@@ -14,8 +14,12 @@ that already lead to success get smaller updates, anchors whose branches lose va
 
 CURE branches the same way without the factor for the first `stage1_frac` of the run's steps,
 then trains plain on-policy DAPO. The branches need the first pass's rewards, so this method
-scores its samples itself (the collection tail does not score them again). One host
-(config/compat.py).
+scores its samples itself (the collection tail does not score them again).
+
+Several hosts: every host draws the whole batch's prompts and keeps its contiguous share of the
+groups (global request indices); the anchors come from one random stream over the whole batch,
+so the hosts gather every group's first-pass lengths and entropies and each draws every anchor
+in order, keeping its own: the anchors one process draws. restart/* metrics are the host's.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from tseeds_jax.rl.config.checks import branch_split
 from tseeds_jax.rl.methods.base import OnPolicy
 from tseeds_jax.rl.rollout import stats, streams
 from tseeds_jax.rl.rollout.source import Plan, Policy, StepInfo
+from tseeds_jax.rl.run import hosts as hosts_lib
 from tseeds_jax.seeds.truncation import EntropyTruncation
 
 
@@ -69,36 +74,43 @@ class Branched(OnPolicy):
         if self._stage2(j):
             self.last = {"restart/stage": 2.0}
             return super().plan(j, policy, info)
-        prompts, refs = self.ctx.prompts.take(self.ctx.b)
-        return Plan(prompts, refs, 0,
+        prompts, refs, first = self.ctx.take_local(self.ctx.b)
+        return Plan(prompts, refs, first,
                     stream=streams.method_seed(self.cfg.seed, j, streams.FIRST_PASS))
 
     def generate(self, plan: Plan, j: int, policy: Policy, info: StepInfo) -> list:
         if self._stage2(j):
             return super().generate(plan, j, policy, info)
         ctx, c, rs = self.ctx, self.cfg, self.rs
-        b, g, r = ctx.b, ctx.g, ctx.r
+        g, r = ctx.g, ctx.r
+        b, g0 = len(plan.prompts), plan.first // g  # this host's groups, its first group
         base, per = branch_split(g, rs.branch_base, rs.branch_points)
         t0 = time.perf_counter()
-        first = ctx.generate(policy, plan, group_size=base)
+        first = ctx.generate(policy, dataclasses.replace(plan, first=g0 * base), group_size=base)
         ctx.score(first)
         tokens, attn = ctx.stats.sequences(first)
         logp, ent = ctx.stats.logp_entropy(policy.stats, tokens, attn, r)
+        lengths = [len(s.cont_ids) for s in first]
+        if not ctx.hosts.single:  # every group's, in order: the anchors of the whole batch
+            every = hosts_lib.allgather_objects((lengths, ent), ctx.hosts)
+            lengths = [n for part, _ in every for n in part]
+            ent = np.concatenate([e for _, e in every])
         rng = np.random.default_rng(streams.method_seed(c.seed, j, streams.ANCHOR))
         seed_ids, seed_logp, cuts = [], [], []
-        for k in range(b):
-            rows = range(k * base, (k + 1) * base)
-            lengths = [len(first[i].cont_ids) for i in rows]
-            for a in anchors(lengths, ent[k * base : (k + 1) * base], rs.branch_points,
-                             rs.branch_top_k, rng):
-                src = first[k * base + a.rollout]
+        for k in range(len(lengths) // base):
+            rows = slice(k * base, (k + 1) * base)
+            for a in anchors(lengths[rows], ent[rows], rs.branch_points, rs.branch_top_k, rng):
+                if not g0 <= k < g0 + b:  # another host's group
+                    continue
+                i = (k - g0) * base + a.rollout
+                src = first[i]
                 for _ in range(per):
                     seed_ids.append(list(src.cont_ids[: a.cut]))
-                    seed_logp.append(logp[k * base + a.rollout, : a.cut].copy())
+                    seed_logp.append(logp[i, : a.cut].copy())
                     cuts.append(a.cut / max(len(src.cont_ids), 1))
         nb = g - base
         branches = ctx.generate(policy, Plan(
-            plan.prompts, plan.references, 0, seeds=(seed_ids, seed_logp),
+            plan.prompts, plan.references, g0 * nb, seeds=(seed_ids, seed_logp),
             stream=streams.method_seed(c.seed, j, streams.BRANCH)), group_size=nb)
         ctx.score(branches)
         samples = []

@@ -9,8 +9,12 @@ context only (seeds.variant "state": never trained), the other groups are on-pol
 
 A prefix is a seed (`Sample.seed_ids`) with zero log-probs (masked out of the loss). The pool's
 tokens count in the step's `behavior_tokens` (step 0). Planned batches work behind the partial
-rollout pool too: its prefix becomes carried tokens (context) that the pool continues. One host
-(config/compat.py: the pool and the hints are drawn for the whole batch by one process).
+rollout pool too: its prefix becomes carried tokens (context) that the pool continues.
+
+Several hosts: every host draws the whole batch (the pool's picks, the hints) from the shared
+streams and keeps its contiguous share of the groups, with global request indices; PrefixRL's
+pool is sampled by every host for its share of the pool prompts and gathered, so every host
+holds the pool one process builds.
 """
 
 from __future__ import annotations
@@ -21,6 +25,7 @@ from tseeds_jax.rl.methods.base import OnPolicy
 from tseeds_jax.rl.rollout import samples as samples_lib
 from tseeds_jax.rl.rollout import streams
 from tseeds_jax.rl.rollout.source import Plan, Policy, StepInfo
+from tseeds_jax.rl.run import hosts as hosts_lib
 
 
 class Prefixed(OnPolicy):
@@ -56,12 +61,13 @@ class Prefixed(OnPolicy):
             prefixes = [hints.hint_tokens(ref, share, ctx.prompts.encode_text)[: r - 1]
                         for ref in refs[:n_pre]]
         prefixes += [[] for _ in range(b - len(prefixes))]
-        seed_ids = [p for p in prefixes for _ in range(g)]
-        seed_logp = [np.zeros(len(p), np.float32) for p in seed_ids]  # masked: context only
         self.last = {"restart/prefixed_group_frac": sum(1 for p in prefixes if p) / max(b, 1),
                      "restart/prefix_tokens": float(np.mean([len(p) for p in prefixes
                                                              if p] or [0.0]))}
-        return Plan(prompts, refs, 0, seeds=(seed_ids, seed_logp),
+        sl = ctx.hosts.slice(b, "rollout.batch_prompts")  # this host's groups
+        seed_ids = [p for p in prefixes[sl] for _ in range(g)]
+        seed_logp = [np.zeros(len(p), np.float32) for p in seed_ids]  # masked: context only
+        return Plan(prompts[sl], refs[sl], sl.start * g, seeds=(seed_ids, seed_logp),
                     stream=streams.method_seed(c.seed, j, streams.FIRST_PASS))
 
     def _pool(self, policy: Policy, step: int) -> int:
@@ -73,17 +79,20 @@ class Prefixed(OnPolicy):
             self.pool, _ = prefix_pool.load(c.run_dir)
             return 0
         prompts, refs = ctx.prompts.take(rs.pool_prompts)
+        sl = ctx.hosts.slice(rs.pool_prompts, "restart.pool_prompts")  # this host's share
         tries = samples_lib.continue_samples(
-            ctx.sample_fn, policy.sampler, prompts, refs, rs.pool_budget, ctx.r,
-            (streams.method_seed(c.seed, 0, streams.PREFIX_POOL), 0))
+            ctx.sample_fn, policy.sampler, prompts[sl], refs[sl], rs.pool_budget, ctx.r,
+            (streams.method_seed(c.seed, 0, streams.PREFIX_POOL), sl.start * rs.pool_budget))
         ctx.score(tries)
-        self.pool = prefix_pool.first_successes(tries, rs.pool_budget)
+        mine = (prefix_pool.first_successes(tries, rs.pool_budget),
+                sum(len(s.cont_ids) for s in tries))
+        every = [mine] if ctx.hosts.single else hosts_lib.allgather_objects(mine, ctx.hosts)
+        self.pool = [entry for pool, _ in every for entry in pool]  # in prompt order
         prefix_pool.save(c.run_dir, self.pool, {"prompts": rs.pool_prompts,
                                                 "budget": rs.pool_budget, "seed": c.seed})
-        tokens = sum(len(s.cont_ids) for s in tries)
         self.last_pool = {"restart/pool_size": float(len(self.pool)),
-                          "restart/pool_tokens": float(tokens)}
-        return tokens
+                          "restart/pool_tokens": float(sum(n for _, n in every))}
+        return mine[1]
 
     def sample_metrics(self, samples):
         out = {**self.last, **self.last_pool}
