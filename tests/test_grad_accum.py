@@ -14,6 +14,7 @@ from flax import nnx
 from tseeds_jax.model import ModelConfig, init_model
 from tseeds_jax.model import sharding as sh
 from tseeds_jax.rl.config import LossConfig, OptimConfig
+from tseeds_jax.rl.learn import batch as batch_lib
 from tseeds_jax.rl.learn import grad_accum
 from tseeds_jax.rl.learn.batch import LearnerBatch
 from tseeds_jax.rl.learn.learner import Learner
@@ -58,11 +59,9 @@ def _batch(rng, n=B):
 def _learner(lcfg, mesh, mode, ocfg=OCFG, rows=B):
     graphdef, params = _model()
     params = jax.device_put(params, sh.param_shardings(params, mesh))
-    batch_sh = jax.tree_util.tree_map(lambda x: sh.batch_sharding(mesh, x.shape), _batch(
-        np.random.default_rng(0), rows))
     learner = Learner(graphdef, params, lcfg, dataclasses.replace(ocfg, grad_reduce=mode),
                       variant="state+action", old_logp_mode="recompute", kernel_impl="chunked",
-                      batch_sharding=batch_sh)
+                      mesh=mesh)
     return learner, params
 
 
@@ -151,7 +150,7 @@ def _collective_bytes(mode, n_micro, rows=32):
     mesh = sh.make_mesh({"data": 2, "fsdp": 4, "tensor": 1})
     ocfg = dataclasses.replace(OCFG, micro_batch_size=rows // n_micro)
     learner, params = _learner(_lcfg("dapo"), mesh, mode, ocfg, rows)
-    batch = jax.device_put(_batch(np.random.default_rng(3), rows), learner.batch_sharding)
+    batch = batch_lib.shard_batch(_batch(np.random.default_rng(3), rows), mesh)
     state = learner.init_state(params)
     text = learner.update_pass.lower(state, batch, jax.random.PRNGKey(0), None).compile().as_text()
     cost = hlo_cost(text, num_devices=8)
