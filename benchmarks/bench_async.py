@@ -72,6 +72,27 @@ class LongTailChainSum:
 
 
 METHODS = ("sync", "async", "lag", "lag_overlap", "async_overlap")
+COMPILE_EVENTS = "/jax/core/compile/"  # JAX's tracing, lowering and backend-compile durations
+
+
+class CompileClock:
+    """Seconds and count of JAX compilations while it runs (jax.monitoring's duration events:
+    tracing, lowering to MLIR, XLA's compile), so that a run's compile time is reported apart
+    from its steps. A program the run compiles on a worker thread counts too."""
+
+    def __init__(self):
+        self.seconds, self.programs = 0.0, 0
+        jax.monitoring.register_event_duration_secs_listener(self._on)
+
+    def _on(self, event: str, duration: float, **_) -> None:
+        if event.startswith(COMPILE_EVENTS):
+            self.seconds += duration
+            self.programs += event.endswith("backend_compile_duration")
+
+    def take(self) -> tuple[float, int]:
+        out = (self.seconds, self.programs)
+        self.seconds, self.programs = 0.0, 0
+        return out
 
 
 def methods(chunk: int, staleness: int, names=METHODS):
@@ -121,6 +142,7 @@ def run(args) -> dict:
     # Untimed warm-up runs (seed 1000) first: each method's sampler and learner shapes compile
     # once, so that the timed runs compare steps, not compilations.
     ms = methods(args.chunk, args.staleness, args.methods.split(","))
+    clock = CompileClock()
     plan = [(1000, m) for m in ms] * bool(args.warmup_runs)
     plan += [(seed, m) for seed in range(args.seeds) for m in ms]
     for seed, m in plan:
@@ -131,15 +153,18 @@ def run(args) -> dict:
         tr.env.prompts = PromptStream(SplitSource(LongTailChainSum(seed=seed),
                                                   held_out=False), tok.encode,
                                       dc.prompt_width, seed=seed)
+        clock.take()
         t0 = time.perf_counter()
         hist = tr.run()
         wall = time.perf_counter() - t0
+        compile_s, programs = clock.take()
         if seed == 1000:
             print(f"[bench_async] warm-up run {m.name}: {wall:.0f}s", flush=True)
             continue
         res = evaluate((graphdef, tr.state.params), problems, n=args.eval_n, seed=7, **kw)
         step_s = [float(h["time_step"]) for h in hist]
-        rec = {"method": m.name, "seed": seed, "wall_s": wall,
+        rec = {"method": m.name, "seed": seed, "wall_s": wall, "compile_s": compile_s,
+               "compiled_programs": programs, "wall_less_compile_s": wall - compile_s,
                "steady_step_s": float(np.median(step_s[args.warmup_steps:])),
                "rollout_s": float(np.sum([h["time_rollout"] for h in hist])),
                "learner_s": float(np.sum([h["time_learner"] for h in hist])),
@@ -162,6 +187,9 @@ def summary(out: dict, args) -> tuple[dict, dict]:
         p = np.array([r["pass1"] for r in rs])
         half = 1.96 * p.std(ddof=1) / np.sqrt(len(p)) if len(p) > 1 else float("nan")
         agg = {"wall_s": np.mean([r["wall_s"] for r in rs]),
+               "compile_s": np.mean([r["compile_s"] for r in rs]),
+               "compiled_programs": np.mean([r["compiled_programs"] for r in rs]),
+               "wall_less_compile_s": np.mean([r["wall_less_compile_s"] for r in rs]),
                "steady_step_s": np.mean([r["steady_step_s"] for r in rs]),
                "rollout_s": np.mean([r["rollout_s"] for r in rs]),
                "learner_s": np.mean([r["learner_s"] for r in rs]),
@@ -171,19 +199,23 @@ def summary(out: dict, args) -> tuple[dict, dict]:
                "pass1": p.mean(), "pass1_ci95": half}
         for k, v in agg.items():
             unit = {"wall_s": "s", "steady_step_s": "s", "rollout_s": "s", "learner_s": "s",
+                    "compile_s": "s", "wall_less_compile_s": "s", "compiled_programs": "programs",
                     "generated_tokens": "tokens", "trained_tokens": "tokens"}.get(k, "")
             values[f"{name}_{k}"] = {"value": round(float(v), 4), "unit": unit}
-        rows.append([name, f"{agg['wall_s']:.1f}", f"{agg['steady_step_s']:.2f}",
+        rows.append([name, f"{agg['wall_s']:.1f}",
+                     f"{agg['compile_s']:.1f} ({agg['compiled_programs']:.1f})",
+                     f"{agg['wall_less_compile_s']:.1f}", f"{agg['steady_step_s']:.2f}",
                      f"{agg['rollout_s']:.1f}", f"{agg['learner_s']:.1f}",
                      f"{agg['generated_tokens']:.0f}",
                      f"{agg['trained_tokens']:.0f}", f"{agg['slot_occupancy']:.2f}",
                      f"{100 * agg['pass1']:.1f} ± {100 * half:.1f}"])
     for name in names[1:]:  # "ratio_<k>" (async / sync) keeps its old name
-        for k in ("wall_s", "steady_step_s", "rollout_s"):
+        for k in ("wall_s", "wall_less_compile_s", "steady_step_s", "rollout_s"):
             key = f"ratio_{k}" if name == "async" else f"ratio_{name}_{k}"
             values[key] = {"value": round(values[f"{name}_{k}"]["value"]
                                           / values[f"sync_{k}"]["value"], 3), "unit": "x"}
-    table = {"columns": ["run", "wall s", "median step s", "rollout s", "learner s",
+    table = {"columns": ["run", "wall s", "compile s (programs)", "wall s less compile",
+                         "median step s", "rollout s", "learner s",
                          "tokens decoded", "tokens trained", "slot occupancy",
                          "held-out pass@1 % (95% CI)"], "rows": rows}
     return values, table

@@ -105,6 +105,11 @@ def _keys_from_int(seed, n: int):
 
 
 @jax.jit
+def _keys_from_seeds(seeds):
+    return jax.vmap(jax.random.PRNGKey)(seeds)
+
+
+@jax.jit
 def _cast_floats(params, dtype_like):
     return jax.tree.map(
         lambda x: x.astype(dtype_like.dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x,
@@ -118,17 +123,23 @@ def cast_params(params, dtype):
 
 def _request_keys(seed, n: int) -> np.ndarray:
     """uint32 [n, 2]: fold_in(PRNGKey(seed), i) for an int seed; PRNGKey(seed_i) for a list."""
+    # Keys are computed for a power-of-two bucket of requests and sliced: one compiled program
+    # per bucket, not per request count (partial rollouts' calls vary call by call); each key
+    # is a function of its own seed and index only, so the padding changes no key.
+    bucket = 1 << (max(n, 1) - 1).bit_length()
     if isinstance(seed, (int, np.integer)) and not isinstance(seed, bool):
         if not 0 <= seed < 2**32:
             raise ValueError(f"seed={seed!r}: must be in [0, 2**32)")
-        return np.asarray(_keys_from_int(np.uint32(seed), n))
+        return np.asarray(_keys_from_int(np.uint32(seed), bucket))[:n]
     seeds = list(seed)
     if len(seeds) != n:
         raise ValueError(f"seed: a list of per-request seeds needs {n} entries, got {len(seeds)}")
     for s in seeds:
         if not isinstance(s, (int, np.integer)) or isinstance(s, bool) or not 0 <= s < 2**32:
             raise ValueError(f"seed: per-request seeds must be integers in [0, 2**32), got {s!r}")
-    return np.asarray(jax.vmap(jax.random.PRNGKey)(jnp.asarray(seeds, jnp.uint32)))
+    padded = np.zeros(bucket, np.uint32)
+    padded[:n] = seeds
+    return np.asarray(_keys_from_seeds(padded))[:n]
 
 
 def _per_request(value, n: int, name: str) -> list:
