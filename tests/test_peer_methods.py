@@ -1,7 +1,6 @@
 """Peer restart methods (rl/methods/prefix.py, branch.py; issue 38): batch construction and
 loss on small hand-computed cases, with a scripted sampler, reward and statistics pass (no
-model) driven through the batch-source seam, and one 2-step training run per tiny config
-(slow)."""
+model) driven through the batch-source seam. Their 2-step training runs are tests/test_routes.py's."""
 
 import math
 import types
@@ -238,28 +237,6 @@ def test_bad_restart_config_names_the_field():
     with pytest.raises(ConfigValueError, match="restart.method='cure' with "
                                                "config.seeds.refresh_interval=4"):
         _cfg("cure", **{"seeds.refresh_interval": 4})
-
-
-# ---- 2-step runs of the tiny configs ----
-@pytest.mark.slow
-@pytest.mark.parametrize("method", ["prefixrl", "questa", "fr3e", "cure"])
-def test_tiny_config_trains_two_steps(tmp_path, method):
-    from tests.trainer_utils import parity_reward
-    from tseeds_jax.rl.setup import make_trainer
-
-    c = apply_restart(tiny_cd(tmp_path), method)
-    c.run_dir, c.steps, c.restart.pool_prompts = str(tmp_path), 2, 4
-    trainer = make_trainer(TrainConfig.from_config(c), checkpoints=False,
-                           env_overrides={"reward_fn": parity_reward})
-    history = trainer.run()
-    assert len(history) == 2
-    for m in history:
-        assert np.isfinite(m["loss"]) and m["num_samples"] == 8
-        assert m["generated_tokens"] > 0
-    if method in ("prefixrl", "questa"):
-        assert history[0]["restart/prefixed_group_frac"] > 0
-    else:
-        assert history[0]["restart/branch_frac"] == 0.5
 
 
 # ---- the demo table ----

@@ -71,6 +71,10 @@ def test_route_runs_two_steps_behind_the_seam(tmp_path, route):
         assert m["generated_tokens"] > 0 and 0 < m["slot_occupancy"] <= 1
         # one of the two all-equal shares names the batch's source (seeded or on-policy)
         assert {"zero_adv_group_frac/onpolicy", "zero_adv_group_frac/seeded"} & set(m)
+    if route in ("prefixrl", "questa", "questa_partial"):
+        assert history[0]["restart/prefixed_group_frac"] > 0
+    if route in ("fr3e", "cure"):
+        assert history[0]["restart/branch_frac"] == 0.5
     KEYS[route] = {k for m in history for k in m if k in CORE_METRICS}
 
 
