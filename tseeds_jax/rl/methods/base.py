@@ -39,7 +39,7 @@ class OnPolicy:
         info.rollout_s += time.perf_counter() - t0
         used, spent = stats.occupancy([len(x.cont_ids) for x in samples if not x.offpolicy],
                                       self.ctx.cfg.hardware.sampler_slots)
-        info.slot_occupancy = used / max(spent, 1)
+        info.slot_counts, info.slot_occupancy = (used, spent), used / max(spent, 1)
         return samples
 
     def topup(self, j: int, round_: int) -> Plan:

@@ -133,7 +133,7 @@ class Branched(OnPolicy):
                                                            c.hardware.sampler_slots),
                                            stats.occupancy([len(s.cont_ids) for s in branches],
                                                            c.hardware.sampler_slots)))
-        info.slot_occupancy = used / max(spent, 1)
+        info.slot_counts, info.slot_occupancy = (used, spent), used / max(spent, 1)
         factors = [s.adv_factor for s in samples]
         self.last = {"restart/stage": 1.0, "restart/branch_frac": nb / g,
                      "restart/branch_cut_ratio": float(np.mean(cuts)) if cuts else 0.0,

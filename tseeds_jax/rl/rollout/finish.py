@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import time
 
+import numpy as np
+
 from tseeds_jax.rewards.health import check_rewards
 from tseeds_jax.rl.rollout import pool_tallies, stats
 from tseeds_jax.rl.rollout.source import Policy, StepInfo
@@ -54,6 +56,9 @@ class Finish:
             info.metrics.update(pool_tallies.merge_hosts([a for a, _ in every],
                                                          [b for _, b in every]))
             info.slot_occupancy = info.metrics.pop("slot_occupancy")
+        elif info.slot_counts is not None and not hosts.single:  # every host's decode slots
+            used, spent = np.sum(hosts_lib.allgather_objects(info.slot_counts, hosts), axis=0)
+            info.slot_occupancy = float(used / max(spent, 1))
         groups = stats.group_stats(stats.gather_samples(samples, hosts), g)
         info.metrics.update(groups)
         info.metrics.update(self.method.after_scoring(samples, step,

@@ -47,7 +47,8 @@ class StepInfo:
     included), of scoring and of refreshes (pi_b's behavior rollouts). behavior_tokens: tokens
     decoded this step that are not a trained continuation (behavior rollouts, a pool's carried
     tokens, PrefixRL's pool). slot_occupancy: decoded tokens / slot-steps of the step's
-    generation. metrics: the route's own (group statistics, seed feedback, pool and lag
+    generation, over every host's (slot_counts: this host's (tokens, slot-steps), which the tail
+    adds up over hosts). metrics: the route's own (group statistics, seed feedback, pool and lag
     metrics, dynamic sampling). scored: the route scored the samples itself. tallies: a pool's
     per-host counts, merged over hosts by the tail. pending: the batch-wide statistics are left
     for the main thread (overlap on several hosts)."""
@@ -57,6 +58,7 @@ class StepInfo:
     refresh_s: float = 0.0
     behavior_tokens: int = 0
     slot_occupancy: float | None = None
+    slot_counts: tuple[int, int] | None = None
     metrics: dict[str, Any] = dataclasses.field(default_factory=dict)
     scored: bool = False
     tallies: dict[str, Any] | None = None
@@ -77,6 +79,8 @@ class StepInfo:
                "reward_time": self.reward_s, "refresh_time": self.refresh_s, **self.metrics}
         if self.slot_occupancy is not None:
             out["slot_occupancy"] = self.slot_occupancy
+        if self.slot_counts is not None:
+            out["slot_counts"] = list(self.slot_counts)
         if self.tallies is not None:
             out["partial_tallies"] = self.tallies
         if self.pending:
@@ -91,6 +95,7 @@ class StepInfo:
                    refresh_s=float(d.pop("refresh_time", 0.0)),
                    behavior_tokens=int(d.pop("behavior_tokens", 0)),
                    slot_occupancy=d.pop("slot_occupancy", None), scored=True,
+                   slot_counts=tuple(d.pop("slot_counts")) if "slot_counts" in d else None,
                    tallies=d.pop("partial_tallies", None),
                    pending=bool(d.pop("host_stats_later", False)))
         info.metrics.update(d.pop("all_groups", {}))
