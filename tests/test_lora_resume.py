@@ -17,7 +17,7 @@ LORA = [f"--config={ROOT}/configs/tiny_lora_seeds.py", "--config.lora.rank=4",
 
 def _lora_args(run_dir):
     """test_preemption_kill's run with the LoRA config in place of tiny_seeds_ratio.py."""
-    return [a for a in _args(run_dir) if not a.startswith("--config=")] + LORA
+    return LORA[:1] + [a for a in _args(run_dir) if not a.startswith("--config=")] + LORA[1:]
 
 
 @pytest.mark.slow  # ~60 s: three processes of a tiny model
