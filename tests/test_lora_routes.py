@@ -62,7 +62,8 @@ MULTIHOST = {"overrides": {**LORA, "optim.lr": 3e-3}}
 
 @pytest.mark.manual  # ~100 s; CI keeps test_multihost.py's full-parameter run (CI time)
 def test_two_processes_with_lora_match_one_process(tmp_path):
-    from tests.test_multihost import _assert_same_run, _run as run_hosts
+    from tests.test_multihost import _assert_same_run
+    from tests.test_multihost import _run as run_hosts
 
     single, _ = run_hosts(tmp_path, "single", 1, MULTIHOST)
     multi, _ = run_hosts(tmp_path, "multi", 2, MULTIHOST)
@@ -74,7 +75,8 @@ def test_two_processes_with_lora_sharded_and_decode_samplers_match_one_process(t
     """tests/test_multihost.py's sharded run (data 2 x fsdp 2 x tensor 2 over both processes,
     dynamic sampling) with adapters: the sampler on the learner's mesh, and on the decode layout
     (the base resharded there once, the adapters at every sync)."""
-    from tests.test_multihost import SHARDED, _assert_same_run, _run as run_hosts
+    from tests.test_multihost import SHARDED, _assert_same_run
+    from tests.test_multihost import _run as run_hosts
 
     over = {**SHARDED["overrides"], **MULTIHOST["overrides"]}
     single, _ = run_hosts(tmp_path, "single", 1, {**SHARDED, "devices": 8, "overrides": over})

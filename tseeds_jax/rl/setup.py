@@ -243,7 +243,8 @@ def decode_sync(cfg: TrainConfig, model_cfg: ModelConfig, max_prefill: int, devi
         model_cfg, sampler_dtype=cfg.model.sampler_dtype,
         requests=decode_requests(r.batch_prompts, r.group_size, cfg.seeds.refresh_interval),
         cache_len=core.cache_bucket(max_prefill), tensor=cfg.hardware.sampler_tensor, chip=chip,
-        hbm_bytes=chips.hbm_bytes(chip.family if chip else None, cfg.hardware.hbm_gib_per_device))
+        hbm_bytes=chips.hbm_bytes(chip.family if chip else None, cfg.hardware.hbm_gib_per_device),
+        lora=adapters_lib.lora_shape(cfg.lora, model_cfg))
 
 
 def make_reward_fn(name: str):

@@ -95,6 +95,23 @@ def adapt(model, section, run_seed: int):
     return model
 
 
+def adapter_count(model_cfg, rank: int, targets) -> int:
+    """Adapter parameters of rank `rank` on `targets` of a model of `model_cfg`: (I + O) R per
+    target and layer."""
+    return model_cfg.num_hidden_layers * rank * sum(
+        sum(lora.adapter_features(model_cfg, t)) for t in targets)
+
+
+def lora_shape(section, model_cfg):
+    """The decode layout's view of a LoRA run (`decode_layout.LoraShape`), None when off."""
+    if not section.rank:
+        return None
+    from tseeds_jax.decode_layout import LoraShape
+
+    return LoraShape(adapter_count(model_cfg, section.rank, section.targets),
+                     section.sampler == "merged")
+
+
 def split(model, run_seed: int):
     """(graphdef, adapters, Frozen) of an adapted model."""
     lcfg = lora.lora_config_of(model)
@@ -134,7 +151,7 @@ def _cast(tree, dtype: str):
         lambda x: x.astype(dt) if jnp.issubdtype(x.dtype, jnp.floating) else x, tree)
 
 
-def _merged(adapters, base, lcfg: lora.LoraConfig, dtype: str):
+def merged_weights(adapters, base, lcfg: lora.LoraConfig, dtype: str):
     """The plain model's State: each adapted weight W + scale A B (summed in float32), every
     weight then in the sampler `dtype` (what a full-parameter run's cast gives its sampler)."""
     pure = lora.merge_params(nnx.to_pure_dict(base), nnx.to_pure_dict(adapters), lcfg)
@@ -158,7 +175,7 @@ class SamplerWeights:
         if mode not in lora.DECODE_MODES:
             raise ValueError(f"mode={mode!r}: expected one of {lora.DECODE_MODES}")
         self.mode, self.dtype = mode, sampler_dtype
-        self._merge = jax.jit(_merged, static_argnums=(2, 3))
+        self._merge = jax.jit(merged_weights, static_argnums=(2, 3))
         self.synced_bytes = 0
         self.use(frozen)
 
