@@ -87,7 +87,8 @@ def sampler_weights(t, learner, state, sdt: str, where: str, mesh=None, device=N
         separate = cp.device_bytes(cast) if (not own or sdt != t.mcfg.param_dtype) else 0
         params = nnx.merge_state(adapters, cast, rest)
         return core.ModelDef(f.graphdef), params, separate, 0, progs
-    plain = jax.eval_shape(adapters_lib.merged_weights, adapters, base, f.lcfg, sdt)
+    plain = jax.eval_shape(functools.partial(adapters_lib.merged_weights, lcfg=f.lcfg, dtype=sdt),
+                           adapters, base)
     out_sh = jax.tree.map(lambda x: x.sharding, base)
     params = cp.abstract(plain, out_sh)
     held = 0 if own else cp.device_bytes(base)
