@@ -1,7 +1,7 @@
 """LoRA Thinking Seeds at paper scale: Qwen2.5-Math-7B / DAPO-Math-17k, the paper recipe (ratio
 0.3, T 8, batch 32 x G 8, 4k context) with rank-32 adapters on every projection of a frozen base
-(docs/lora.md). pi_b snapshots are adapters (161 MB in float32) instead of the 7.6B-parameter
-model.
+(docs/lora.md). pi_b snapshots are the adapters (80.7M float32 parameters: 323 MB) instead of
+the 7.6B-parameter model (15.2 GB in the sampler's bfloat16).
 
 Variants (`FILE:VARIANT`): `tpu` (default) = a v5p-8 slice (4 chips, 95 GiB each): the smallest
 that holds it (`tseeds plan` / `tseeds compile`: docs/scale.md, "LoRA at 7B"). The base is frozen,

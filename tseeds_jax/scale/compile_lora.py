@@ -5,7 +5,7 @@ once per sync) or as low-rank terms of the decode step; the weight sync (`sample
 decode layout) moves the adapters only, the base being placed there once.
 
 Everything is abstract (`jax.ShapeDtypeStruct`s with the run's shardings), as in
-compile_programs.py, whose helpers this uses.
+compile_programs.py (the helpers of compile_common.py).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from flax import nnx
 from jax.sharding import SingleDeviceSharding
 
 from tseeds_jax.model import sharding as shd
-from tseeds_jax.scale import compile_programs as cp
+from tseeds_jax.scale import compile_common as cp
 
 
 def make_learner(t, kernel_impl: str):
