@@ -119,16 +119,20 @@ def test_compiled_lora_programs_sync_adapters_only(mode):
     cd.hardware.sampler_placement = "decode"
     cd.lora.sampler = mode
     res = compile_run.compile_config(cd, topology="v5p:2x2x1", only=("learner", "sampler"),
-                                     prefill_buckets="max")
+                                     prefill_buckets="max", keep_executables=True)
     assert res.fits and not res.failures
     names = {c.name for c in res.compiled}
     assert ("lora_merge" in names) == (mode == "merged")
     mcfg = res.target.mcfg
-    n_ad = adapters_lib.adapter_count(mcfg, cd.lora.rank, tuple(cd.lora.targets))
-    reshard = res.by_name("sampler_reshard")
-    # its argument: this device's shards of the float32 adapters, never a base weight
-    assert reshard.memory["argument"] <= n_ad * 4
-    assert reshard.memory["argument"] < mcfg.num_params * 4 / 4 / 4
-    upd = res.by_name("learner_update")
-    assert upd.memory["argument"] < mcfg.num_params * 4 * 3 / 4  # < base + Adam of everything
-    assert np.isfinite(upd.flops) and upd.flops > 0
+    rank = cd.lora.rank
+    n_ad = adapters_lib.adapter_count(mcfg, rank, tuple(cd.lora.targets))
+    # the weight sync's arguments: the float32 adapters (A [I, R], B [R, O]), nothing else
+    args = jax.tree.leaves(res.by_name("sampler_reshard").executable.args_info)
+    assert sum(int(np.prod(a.shape)) for a in args) == n_ad
+    assert all(rank in a.shape and a.dtype == np.float32 for a in args)
+    # the update: the adapters' state (params + two Adam moments) and the frozen base
+    upd = jax.tree.leaves(res.by_name("learner_update").executable.args_info)
+    sizes = sorted(int(np.prod(a.shape)) for a in upd)
+    assert sum(sizes) < mcfg.num_params + 3 * n_ad + 64 * 32 * 48 * 4  # + the batch
+    assert sum(s for s in sizes if s >= mcfg.hidden_size * mcfg.vocab_size) \
+        == mcfg.hidden_size * mcfg.vocab_size  # one embedding, never a moment of it

@@ -169,7 +169,7 @@ def tiny_variant(c: ml_collections.ConfigDict, variant: str):
 # Adapters on every projection of a frozen base. The learning rate is 10x the full-parameter
 # run's (the tiny recipe's 1e-4, the paper recipe's 1e-6): LoRA's best rate is about ten times
 # full fine-tuning's at these ranks ("LoRA Without Regret", Thinking Machines, 2025, which also
-# finds low ranks enough for RL; our tiny-task check: docs/lora.md).
+# finds low ranks enough for RL). Not tuned on our tasks (docs/lora.md).
 LORA = {"tiny": {"lora.rank": 8, "lora.alpha": 16.0, "optim.lr": 1e-3},
         "paper": {"lora.rank": 32, "lora.alpha": 64.0, "optim.lr": 1e-5}}
 
