@@ -106,6 +106,8 @@ def decode_modes(folder: str) -> tuple[dict, list]:
         out[f"{tag}_decode_step_ms"] = {"value": round(_time(d, step) * 1e3, 3), "unit": "ms"}
         out[f"{tag}_sync_ms"] = {"value": round(sync * 1e3, 2), "unit": "ms"}
         out[f"{tag}_refresh_generation_s"] = {"value": round(gen["total_s"], 2), "unit": "s"}
+        out[f"{tag}_sampler_peak_gib"] = {
+            "value": round(d["summary"]["phase_peak"]["sampler"] / GIB, 1), "unit": "GiB per device"}
         reshard = _prog(d, "sampler_reshard")
         rows.append([tag, f"{step['bytes_accessed'] / 1e9:.3f}", f"{step['flops'] / 1e9:.1f}",
                      f"{_time(d, step) * 1e3:.3f}", f"{reshard['ici_bytes'] / 1e6:.1f}",
