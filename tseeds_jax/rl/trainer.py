@@ -81,6 +81,8 @@ class Trainer:
         self.learner = Learner(env.graphdef, env.params, cfg.loss, cfg.optim,
                                variant=cfg.seeds.variant, old_logp_mode=old_logp_mode(cfg),
                                mesh=mesh if self.hosts.single else None, frozen=env.frozen)
+        if env.frozen is not None:
+            self._place_base(env)
         self.row_stats = RowStats(self.learner, hosts=self.hosts,
                                   micro_batch_size=cfg.optim.micro_batch_size,
                                   prompt_width=cfg.data.max_prompt_len,
@@ -101,6 +103,17 @@ class Trainer:
         self.step = 0
         self.writer = MetricsWriter(cfg.run_dir)
         self.history: list[dict[str, Any]] = []
+
+    def _place_base(self, env) -> None:
+        """A LoRA run's base, placed now (on every host, in the main thread) where the
+        statistics passes and the sampler read it: a host-local replica is a collective when
+        the base spans the processes, and overlap's worker thread makes no collective call."""
+        placement = self.cfg.hardware.sampler_placement
+        local = hosts_lib.sampler_params(env.params, placement, self.hosts)
+        env.frozen.like(local)
+        weights = getattr(env.sample_fn, "lora_weights", None)
+        if weights is not None and placement != "decode":  # decode: placed at the first sync
+            weights.base_on(local)
 
     def policy(self, params) -> Policy:
         """This step's parameters for generation (`params`: the sampler placement's copy of the
