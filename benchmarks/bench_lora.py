@@ -175,9 +175,10 @@ do not). The XLA columns are XLA:CPU's own cost analysis of the two compiled loo
 bytes accessed; a property of the programs, not of the machine's load). "merged": the adapters folded
 into the weights (`lora.decode_variant(model, "merged")`, the plain model's decode step);
 "low-rank": the adapted model, each projection adding scale x (x @ A) @ B. A weight sync costs
-"merged" one `lora.merge_params` (timed, jitted) and the adapted weights' bytes; "low-rank"
-moves the adapter bytes only. The compiled-TPU side of this comparison is pending
-(docs/lora.md).
+"merged" one `lora.merge_params` (timed, jitted) and the adapted weights' bytes it writes (the
+trainer moves the adapters only and merges where the sampler runs); "low-rank" the adapter bytes
+only. The compiled TPU programs decided between the two: "merged" (docs/lora.md, "Which decode
+step").
 
 {docsection.table_block(record)}
 
@@ -188,7 +189,7 @@ Reading: at rank 16 the low-rank terms add a few percent to the flops and bytes 
 of the 6M and 48M shapes (more for the tiny model, whose projections are barely larger than the
 adapters), while a merged sync moves every adapted weight and pays a merge each time. On this
 shared 2-core machine the wall-clock ratios move by tens of percent between runs of the same
-command, so they do not decide between the two decode variants; the compiled TPU programs will
+command, so they do not decide between the two decode variants; the compiled TPU programs did
 (docs/lora.md).
 """
     docsection.write_section("lora", body, record=record)

@@ -91,7 +91,7 @@ def main(out, run_dir):
     if jax.process_index() == 0:
         np.savez(out, **leaves)
     sync = getattr(tr.env.sample_fn, "weight_sync", None)
-    stats = {**counts, "mesh": dict(tr.mesh.shape), "weight_syncs": sync.count if sync else 0,
+    stats = {**counts, "mesh": dict(tr.update.mesh.shape), "weight_syncs": sync.count if sync else 0,
              "gen_rounds": [m.get("gen_rounds", 1) for m in hist],
              "seed_length": [float(m["seed_length"]) for m in hist],
              "partial": {k: [float(m[k]) for m in hist] for k in

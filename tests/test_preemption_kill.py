@@ -57,7 +57,8 @@ def _args(run_dir):
 class Proc:
     """A `tseeds train` subprocess whose stderr lines are collected as they come."""
 
-    def __init__(self, run_dir, cache_dir, save_delay_s: float = 0.0):
+    def __init__(self, run_dir, cache_dir, save_delay_s: float = 0.0, args=None):
+        """args: `tseeds train`'s arguments (default: `_args(run_dir)`)."""
         full = {k: v for k, v in os.environ.items() if not k.startswith(("TSEEDS_", "XLA_"))}
         full.update(JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
                     XLA_FLAGS="--xla_force_host_platform_device_count=1",
@@ -66,7 +67,7 @@ class Proc:
                     JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")
         self.run_dir = run_dir
         self.p = subprocess.Popen([sys.executable, "-c", LAUNCH, str(save_delay_s),
-                                   *_args(run_dir)], cwd=ROOT, env=full,
+                                   *(args or _args(run_dir))], cwd=ROOT, env=full,
                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.lines: list[str] = []
         self.out = ""

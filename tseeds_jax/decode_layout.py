@@ -41,6 +41,17 @@ ADAM_MOMENT_BYTES = 8  # two float32 moments per parameter
 
 
 @dataclasses.dataclass(frozen=True)
+class LoraShape:
+    """A LoRA run as the layout sees it (rl/learn/adapters.py): the frozen base has no optimizer
+    state; the float32 adapters and their two moments are the trained state; a "merged" sampler
+    keeps its base copy beside the merged weights, a "lowrank" one reads the adapters too."""
+
+    adapter_params: int
+    merged: bool
+    ADAPTER_BYTES = 4  # float32 adapters (and each Adam moment)
+
+
+@dataclasses.dataclass(frozen=True)
 class DecodeModel:
     """The numbers of a model that the layout choice needs (bytes in the sampler's dtypes)."""
 
@@ -51,14 +62,22 @@ class DecodeModel:
     kv_heads: int  # a tensor width must divide them
     heads: int  # and the query heads
     act_bytes: int = 2  # activation dtype bytes (the all-reduced [slots, D])
+    held_bytes: int = 0  # kept beside the weights a step reads (a merged LoRA sampler's base)
 
     @classmethod
-    def of(cls, cfg, sampler_dtype: str) -> DecodeModel:
-        """From a `ModelConfig` (its analytic parameter count; no abstract model needed)."""
-        return cls(weight_bytes=cfg.num_params * DTYPE_BYTES[sampler_dtype],
+    def of(cls, cfg, sampler_dtype: str, lora: LoraShape | None = None) -> DecodeModel:
+        """From a `ModelConfig` (its analytic parameter count; no abstract model needed).
+        lora: a LoRA run's adapters and how its sampler gets them."""
+        weight, held = cfg.num_params * DTYPE_BYTES[sampler_dtype], 0
+        if lora is not None and lora.merged:  # the base (param dtype) beside the merged weights
+            held = cfg.num_params * DTYPE_BYTES[cfg.param_dtype]
+        elif lora is not None:  # low-rank terms: the float32 adapters read at every step too
+            weight += lora.adapter_params * LoraShape.ADAPTER_BYTES
+        return cls(weight_bytes=weight,
                    kv_bytes_per_token=cfg.kv_bytes_per_token, hidden=cfg.hidden_size,
                    layers=cfg.num_hidden_layers, kv_heads=cfg.num_key_value_heads,
-                   heads=cfg.num_attention_heads, act_bytes=DTYPE_BYTES[cfg.dtype])
+                   heads=cfg.num_attention_heads, act_bytes=DTYPE_BYTES[cfg.dtype],
+                   held_bytes=held)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,18 +106,23 @@ class Choice:
                     slots_per_replica=self.slots, fit_slots_per_replica=self.fit)
 
 
-def learner_state_bytes(cfg, devices: int) -> int:
+def learner_state_bytes(cfg, devices: int, lora: LoraShape | None = None) -> int:
     """Bytes per device of the learner's resident state: parameters in their dtype and Adam's
-    two float32 moments, split evenly over `devices`."""
+    two float32 moments, split evenly over `devices` (a LoRA run: the moments of the adapters
+    only)."""
+    if lora is not None:
+        n = lora.adapter_params * (LoraShape.ADAPTER_BYTES + ADAM_MOMENT_BYTES)
+        return (cfg.num_params * DTYPE_BYTES[cfg.param_dtype] + n) // devices
     return cfg.num_params * (DTYPE_BYTES[cfg.param_dtype] + ADAM_MOMENT_BYTES) // devices
 
 
-def planned_free_bytes(cfg, devices: int, hbm_bytes: float | None) -> float:
+def planned_free_bytes(cfg, devices: int, hbm_bytes: float | None,
+                       lora: LoraShape | None = None) -> float:
     """HBM per device the decode layout plans with (module doc); inf when the HBM is unknown
     (CPU: slots are then bounded by the call's requests)."""
     if not hbm_bytes:
         return float("inf")
-    return hbm_bytes * FIT_FRACTION - learner_state_bytes(cfg, devices)
+    return hbm_bytes * FIT_FRACTION - learner_state_bytes(cfg, devices, lora)
 
 
 def tensor_candidates(m: DecodeModel, devices: int, per_host: int) -> list[int]:
@@ -111,7 +135,7 @@ def tensor_candidates(m: DecodeModel, devices: int, per_host: int) -> list[int]:
 def slots_per_replica(m: DecodeModel, tensor: int, free_bytes: float, cache_len: int) -> int:
     """Slots one replica holds: what is free on a device after its weight shard, over one slot's
     KV on a device (its share of the KV heads), at `MEMORY_SHARE`."""
-    left = MEMORY_SHARE * free_bytes - m.weight_bytes / tensor
+    left = MEMORY_SHARE * free_bytes - (m.weight_bytes + m.held_bytes) / tensor
     per_slot = m.kv_bytes_per_token * cache_len / tensor
     return max(0, int(left // per_slot))
 
@@ -182,13 +206,15 @@ def decide(m: DecodeModel, *, chip, devices: int, per_host: int, requests: int,
 
 
 def decide_for(cfg, *, sampler_dtype: str, chip, devices: int, per_host: int, requests: int,
-               hbm_bytes: float | None, cache_len: int, tensor: int = 0) -> Choice:
+               hbm_bytes: float | None, cache_len: int, tensor: int = 0,
+               lora: LoraShape | None = None) -> Choice:
     """`decide` for a `ModelConfig` on devices with `hbm_bytes` of HBM each: what the run, the
-    planner and the compiler call (the model's numbers and the free memory built here)."""
-    return decide(DecodeModel.of(cfg, sampler_dtype), chip=chip, devices=devices,
+    planner and the compiler call (the model's numbers and the free memory built here). lora:
+    a LoRA run's `LoraShape` (`rl.learn.adapters.lora_shape`), or None."""
+    return decide(DecodeModel.of(cfg, sampler_dtype, lora), chip=chip, devices=devices,
                   per_host=per_host, requests=requests,
-                  free_bytes=planned_free_bytes(cfg, devices, hbm_bytes), cache_len=cache_len,
-                  tensor=tensor)
+                  free_bytes=planned_free_bytes(cfg, devices, hbm_bytes, lora),
+                  cache_len=cache_len, tensor=tensor)
 
 
 def decode_requests(batch_prompts: int, group_size: int, refresh_interval: int) -> int:

@@ -18,6 +18,7 @@ from tseeds_jax.data.loader import ExampleLoader
 from tseeds_jax.model import ModelConfig, init_model, sharding
 from tseeds_jax.rl.config.errors import ConfigValueError
 from tseeds_jax.rl.config.schema import TrainConfig
+from tseeds_jax.rl.learn import adapters as adapters_lib
 from tseeds_jax.rl.rollout import streams
 from tseeds_jax.rl.run import run_files
 from tseeds_jax.rl.run.state_io import RunCheckpointer
@@ -180,12 +181,18 @@ def build_model(cfg: TrainConfig, vocab_size: int):
     return model
 
 
-def make_sample_fn(cfg: TrainConfig, graphdef, stop_tokens, max_prefill: int, model_cfg=None):
+def make_sample_fn(cfg: TrainConfig, graphdef, stop_tokens, max_prefill: int, model_cfg=None,
+                   frozen=None):
+    """The run's sampler: sample_fn(params, requests, budgets, seed, interruptible=None).
+    frozen: a LoRA run's `adapters.Frozen` (`params` are then the adapters; the sampler keeps
+    its own base, `adapters.SamplerWeights`)."""
     from tseeds_jax import sampling
 
     r = cfg.rollout
     sync = decode_sync(cfg, model_cfg, max_prefill) \
         if cfg.hardware.sampler_placement == "decode" else None
+    weights = (None if frozen is None else
+               adapters_lib.SamplerWeights(frozen, cfg.lora.sampler, cfg.model.sampler_dtype))
 
     def sample_fn(params, requests, budgets, seed, interruptible=None):
         # seed = (stream seed, global index of the first request): every request's random stream
@@ -198,9 +205,11 @@ def make_sample_fn(cfg: TrainConfig, graphdef, stop_tokens, max_prefill: int, mo
         seeds = [streams.request_seed(stream, i) for i in index]
         slots = cfg.hardware.sampler_slots or None
         if sync is not None:
-            params = sync(params)
+            params = sync(params)  # a LoRA run's adapters only
             slots = slots or sync.slots(len(requests))
-        results = sampling.generate((graphdef, params), requests, max_new_tokens=budgets,
+        model = (graphdef, params) if weights is None else weights(
+            params, None if sync is None else sync.mesh)
+        results = sampling.generate(model, requests, max_new_tokens=budgets,
                                     temperature=r.temperature, top_p=r.top_p, top_k=r.top_k,
                                     seed=seeds, stop_tokens=stop_tokens,
                                     max_prefill_length=max_prefill, num_slots=slots,
@@ -213,6 +222,7 @@ def make_sample_fn(cfg: TrainConfig, graphdef, stop_tokens, max_prefill: int, mo
         return out
 
     sample_fn.weight_sync = sync
+    sample_fn.lora_weights = weights
     return sample_fn
 
 
@@ -233,7 +243,8 @@ def decode_sync(cfg: TrainConfig, model_cfg: ModelConfig, max_prefill: int, devi
         model_cfg, sampler_dtype=cfg.model.sampler_dtype,
         requests=decode_requests(r.batch_prompts, r.group_size, cfg.seeds.refresh_interval),
         cache_len=core.cache_bucket(max_prefill), tensor=cfg.hardware.sampler_tensor, chip=chip,
-        hbm_bytes=chips.hbm_bytes(chip.family if chip else None, cfg.hardware.hbm_gib_per_device))
+        hbm_bytes=chips.hbm_bytes(chip.family if chip else None, cfg.hardware.hbm_gib_per_device),
+        lora=adapters_lib.lora_shape(cfg.lora, model_cfg))
 
 
 def make_reward_fn(name: str):
@@ -258,7 +269,12 @@ def build_env(cfg: TrainConfig, *, checkpointer=None) -> tuple[TrainEnv, Any]:
     source = build_source(cfg)
     tok = build_tokenizer(cfg, source)
     model = build_model(cfg, tok.vocab_size)
-    graphdef, params = nnx.split(model)
+    frozen = None
+    if cfg.lora.rank:  # adapters on the loaded base; the train state holds only them
+        graphdef, params, frozen = adapters_lib.split(
+            adapters_lib.adapt(model, cfg.lora, cfg.seed), cfg.seed)
+    else:
+        graphdef, params = nnx.split(model)
     from tseeds_jax.data.templates import encode_prompt, stop_token_ids
 
     max_prompt = cfg.data.max_prompt_len
@@ -267,12 +283,14 @@ def build_env(cfg: TrainConfig, *, checkpointer=None) -> tuple[TrainEnv, Any]:
                           seed=cfg.seed, encode_text=tok.encode)
     stops = stop_token_ids(tok, template)
     sample_fn = make_sample_fn(cfg, graphdef, stops, max_prompt + cfg.rollout.max_response_len,
-                               model_cfg=model.cfg)
+                               model_cfg=model.cfg, frozen=frozen)
     env = TrainEnv(graphdef=graphdef, params=params, sample_fn=sample_fn,
                    reward_fn=make_reward_fn(cfg.reward),
                    decode=lambda ids: tok.decode(ids, skip_special_tokens=True),
                    prompts=stream, pad_id=int(tok.pad_id), checkpointer=checkpointer,
-                   ref_params=params if cfg.loss.kl_coef else None)
+                   # a LoRA run's reference is its frozen base without adapters (no copy)
+                   ref_params=params if cfg.loss.kl_coef and frozen is None else None,
+                   frozen=frozen)
     if cfg.offpolicy.source:  # LUFFY traces; errors name the file / field (rl/methods/traces.py)
         from tseeds_jax.rl.methods.traces import build_trace_source
 
@@ -285,7 +303,8 @@ def build_env(cfg: TrainConfig, *, checkpointer=None) -> tuple[TrainEnv, Any]:
 def load_run(run_dir: str, step: int | None = None):
     """(graphdef, params, TrainConfig, tokenizer) of a training run's checkpoint (latest by default).
 
-    The run's config is read from the checkpoint's meta, so evaluation needs only the folder.
+    The run's config is read from the checkpoint's meta, so evaluation needs only the folder. A
+    LoRA run's model is its base (rebuilt from `model.init`) with the adapters merged in.
     """
     from etils import epath
 
@@ -305,8 +324,18 @@ def load_run(run_dir: str, step: int | None = None):
     cfg = TrainConfig.from_config(meta["config"])
     tok = build_tokenizer(dataclasses.replace(cfg, run_dir=run_dir), build_source(cfg))
     model = build_model(cfg, tok.vocab_size)
-    graphdef, params = nnx.split(model)
     raw, _ = ckpts.restore(step)
+    if cfg.lora.rank:  # the checkpoint holds adapters: merged into the base from model.init
+        from tseeds_jax.model import lora
+
+        fresh = dataclasses.replace(cfg.lora, init="")  # its values are in the checkpoint
+        graphdef, adapters, frozen = adapters_lib.split(
+            adapters_lib.adapt(model, fresh, cfg.seed), cfg.seed)
+        adapters = _fill(adapters, raw["train"]["params"])
+        model = lora.merge_lora(nnx.merge(graphdef, adapters, *frozen.states))
+        graphdef, params = nnx.split(model)
+        return graphdef, params, cfg, tok
+    graphdef, params = nnx.split(model)
     params = _fill(params, raw["train"]["params"])
     return graphdef, params, cfg, tok
 
@@ -364,6 +393,12 @@ def make_trainer(cfg: TrainConfig, *, config_json: dict | None = None, checkpoin
     several = math.prod(mesh.devices.shape) > 1
     if several:
         env.params = jax.device_put(env.params, sharding.param_shardings(env.params, mesh))
+        if env.frozen is not None:  # a LoRA run's base: sharded as full training shards it
+            states = env.frozen.states
+            env.frozen = env.frozen.placed(*jax.device_put(
+                states, sharding.param_shardings(states, mesh)))
+            if getattr(env.sample_fn, "lora_weights", None) is not None:
+                env.sample_fn.lora_weights.use(env.frozen)
     trainer = Trainer(cfg, env, mesh=mesh, lag=lag)
     if several:
         # Optimizer moments follow their parameters; counters are replicated. Placing the whole

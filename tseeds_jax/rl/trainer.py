@@ -65,6 +65,7 @@ class TrainEnv:
     checkpointer: Any = None  # tseeds_jax.rl.run.state_io.RunCheckpointer or None
     ref_params: Any = None  # reference policy for the KL loss
     offpolicy: Any = None  # LUFFY trace source (tseeds_jax.rl.methods.traces) or None
+    frozen: Any = None  # a LoRA run's frozen base (rl/learn/adapters.py); params: the adapters
 
 
 class Trainer:
@@ -74,14 +75,18 @@ class Trainer:
         self.cfg, self.env, self.mesh = cfg, env, mesh
         self.hosts = hosts_lib.Hosts.current()
         # Fail before any work when the sampler placement cannot run on this process layout.
+        frozen = () if env.frozen is None else env.frozen.states
         hosts_lib.check_sampler_placement(cfg.hardware.sampler_placement, self.hosts,
-                                          params_mesh(env.params))
+                                          params_mesh((env.params, frozen)))
         # The learner places each batch on the mesh; on several hosts the batch arrives as one
         # global array of every host's rows (`Update`), already laid out.
         several = mesh is not None and mesh.devices.size > 1
         self.learner = Learner(env.graphdef, env.params, cfg.loss, cfg.optim,
                                variant=cfg.seeds.variant, old_logp_mode=old_logp_mode(cfg),
-                               mesh=mesh if several and self.hosts.single else None)
+                               mesh=mesh if several and self.hosts.single else None,
+                               frozen=env.frozen)
+        if env.frozen is not None:
+            self._place_base(env)
         self.row_stats = RowStats(self.learner, hosts=self.hosts,
                                   micro_batch_size=cfg.optim.micro_batch_size,
                                   prompt_width=cfg.data.max_prompt_len,
@@ -102,13 +107,26 @@ class Trainer:
         self.writer = MetricsWriter(cfg.run_dir)
         self.history: list[dict[str, Any]] = []
 
+    def _place_base(self, env) -> None:
+        """A LoRA run's base, placed now (on every host, in the main thread) where the
+        statistics passes and the sampler read it: a host-local replica is a collective when
+        the base spans the processes, and overlap's worker thread makes no collective call."""
+        placement = self.cfg.hardware.sampler_placement
+        local = hosts_lib.sampler_params(env.params, placement, self.hosts)
+        env.frozen.like(local)
+        weights = getattr(env.sample_fn, "lora_weights", None)
+        if weights is not None and placement != "decode":  # decode: placed at the first sync
+            weights.base_on(local)
+
     def policy(self, params) -> Policy:
         """This step's parameters for generation (`params`: the sampler placement's copy of the
         learner's); with overlap, a copy the update cannot invalidate."""
         if self.source.keeps_params:
             params = lag.snapshot(params)
-        return Policy(sampler=_cast(params, self.cfg.model.sampler_dtype), stats=params,
-                      version=self.step)
+        # A LoRA run's adapters go to the sampler as they are (it casts its own base).
+        sampler = params if self.env.frozen is not None else _cast(params,
+                                                                    self.cfg.model.sampler_dtype)
+        return Policy(sampler=sampler, stats=params, version=self.step)
 
     def train_step(self) -> dict[str, Any]:
         c, step = self.cfg, self.step
@@ -124,6 +142,9 @@ class Trainer:
             self.source.settle(reraise=False)
             raise
         metrics.update(self.source.settle())
+        weights = getattr(self.env.sample_fn, "lora_weights", None)
+        if weights is not None:  # bytes that moved to the sampler: the adapters only
+            metrics["lora_sync_bytes"] = weights.take_bytes()
         metrics["time_step"] = time.perf_counter() - t_start
         metrics["tokens_per_second"] = metrics["generated_tokens"] / max(metrics["time_step"], 1e-9)
         if not np.isfinite(metrics["loss"]) or not np.isfinite(metrics["grad_norm"]):

@@ -81,8 +81,9 @@ class WeightSync:
     """
 
     def __init__(self, model_cfg, *, sampler_dtype: str, requests: int, cache_len: int,
-                 tensor: int = 0, chip=None, hbm_bytes: float | None = None):
-        self.model_cfg, self.sampler_dtype = model_cfg, sampler_dtype
+                 tensor: int = 0, chip=None, hbm_bytes: float | None = None, lora=None):
+        """lora: a LoRA run's `decode_layout.LoraShape` (the weights synced are its adapters)."""
+        self.model_cfg, self.sampler_dtype, self.lora = model_cfg, sampler_dtype, lora
         self.requests, self.cache_len = int(requests), int(cache_len)
         self.tensor, self.chip, self.hbm_bytes = int(tensor), chip, hbm_bytes
         self.recorded: dict | None = None
@@ -104,7 +105,7 @@ class WeightSync:
         return dl.decide_for(self.model_cfg, sampler_dtype=self.sampler_dtype, chip=self.chip,
                              devices=len(devices), per_host=devices_per_host(devices),
                              requests=self.requests, hbm_bytes=self.hbm_bytes,
-                             cache_len=self.cache_len, tensor=self.tensor)
+                             cache_len=self.cache_len, tensor=self.tensor, lora=self.lora)
 
     def _choose(self, devices, axis_types=None) -> None:
         self.choice = self.decide(devices)

@@ -34,18 +34,10 @@ from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
 from tseeds_jax.model import sharding as shd
+from tseeds_jax.scale.compile_common import Program, abstract, cast_tree, device_bytes
+from tseeds_jax.scale.compile_common import sds as _sds
 
 PHASES = ("learner", "stats", "sampler", "kernel")
-
-
-@dataclasses.dataclass
-class Program:
-    name: str
-    phase: str
-    note: str
-    lower: Any  # () -> jax.stages.Lowered
-    extra_live: int = 0
-    analytic_flops: float = 0.0  # FLOPs inside Pallas calls (the compiler does not count them)
 
 
 @dataclasses.dataclass
@@ -140,34 +132,6 @@ def tpu_kernels(generation: str | None = None):
         yield
 
 
-def _sds(x, sharding):
-    return jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding)
-
-
-def abstract(tree, shardings):
-    """`tree` of shapes -> ShapeDtypeStructs with `shardings` (same structure, NNX Variables
-    included)."""
-    return jax.tree.map(_sds, tree, shardings)
-
-
-def device_bytes(tree) -> int:
-    """Bytes one device holds of a tree of sharded ShapeDtypeStructs (the largest shard)."""
-    total = 0
-    for x in jax.tree_util.tree_leaves(tree):
-        shape = x.sharding.shard_shape(x.shape) if x.sharding is not None else x.shape
-        total += math.prod(shape) * jnp.dtype(x.dtype).itemsize
-    return total
-
-
-def cast_tree(tree, dtype: str):
-    """Float leaves as `dtype` (the trainer's sampler-dtype cast, same shardings)."""
-    def one(x):
-        if jnp.issubdtype(x.dtype, jnp.floating):
-            return jax.ShapeDtypeStruct(x.shape, jnp.dtype(dtype), sharding=x.sharding)
-        return x
-    return jax.tree.map(one, tree)
-
-
 # ---------------------------------------------------------------------------------------------
 # the learner and its statistics passes
 
@@ -177,6 +141,10 @@ def make_learner(t: CompileTarget, kernel_impl: str):
     from tseeds_jax.rl.learn.hooks import old_logp_mode as learner_old_logp_mode
     from tseeds_jax.rl.learn.learner import Learner
 
+    if t.cfg.lora.rank:  # the adapters' state; the frozen base as `learner.frozen`
+        from tseeds_jax.scale import compile_lora
+
+        return compile_lora.make_learner(t, kernel_impl)
     graphdef, params = nnx.split(shd.abstract_model(t.mcfg))
     cfg = t.cfg
     learner = Learner(graphdef, params, cfg.loss, cfg.optim, variant=cfg.seeds.variant,
@@ -213,7 +181,10 @@ def learner_programs(t: CompileTarget, learner, state, kernel_impl: str) -> list
                                                             sharding=rep), stare)
     o = t.cfg.optim
     micro = o.micro_batch_size or n // o.mini_batches
-    extra = device_bytes(state.params) if t.cfg.loss.kl_coef else 0  # reference parameters
+    from tseeds_jax.scale.compile_lora import frozen_args
+
+    # reference parameters (a LoRA run's reference is its frozen base, an argument here)
+    extra = device_bytes(state.params) if t.cfg.loss.kl_coef and not frozen_args(learner) else 0
     d, v = t.mcfg.hidden_size, t.mcfg.vocab_size
     # The LM head's useful FLOPs: logits (2 N D V) + d hidden and d unembed (4 N D V); logits
     # the kernel recomputes in its backward are not counted (model FLOPs, as for MFU).
@@ -223,7 +194,8 @@ def learner_programs(t: CompileTarget, learner, state, kernel_impl: str) -> list
         "learner_update", "learner",
         f"Learner._update: {n} sequences x T={p + r}, {o.mini_batches} mini-batch(es) of "
         f"{n // o.mini_batches}, micro-batches of {micro}, {o.epochs} epoch(s)",
-        functools.partial(learner.update_pass.lower, state, batch, rng, stare), extra_live=extra,
+        functools.partial(learner.update_pass.lower, state, batch, rng, stare,
+                          *frozen_args(learner)), extra_live=extra,
         analytic_flops=kern)]
 
 
@@ -260,14 +232,19 @@ def stats_programs(t: CompileTarget, learner, state, kernel_impl: str, placement
         return []
     rows = rows or min(t.cfg.optim.micro_batch_size or t.rows, t.rows)
     p, r = t.widths
-    params, resident = state.params, device_bytes(state)
+    from tseeds_jax.scale import compile_lora
+
+    # A LoRA run's frozen base is the passes' last argument (`Frozen.like`: replicated with them)
+    frozen, f_bytes = compile_lora.frozen_args(learner), compile_lora.frozen_bytes(learner)
+    params, resident = state.params, device_bytes(state) + f_bytes
     if placement == "sharded":
         tok = jax.ShapeDtypeStruct((rows, p + r), jnp.int32,
                                    sharding=shd.batch_sharding(t.mesh, (rows, p + r)))
-        extra = resident - device_bytes(params)  # the params are this program's argument
+        extra = resident - device_bytes(params) - f_bytes  # these are the program's arguments
     else:  # one device per host holds a full replica (hosts.local_replica)
         one = SingleDeviceSharding(t.mesh.devices.flat[0])
         params = jax.tree.map(lambda x: _sds(x, one), params)
+        frozen = compile_lora.on_one_device(frozen, t.mesh.devices.flat[0])
         tok = jax.ShapeDtypeStruct((rows, p + r), jnp.int32, sharding=one)
         extra = resident
     d, v = t.mcfg.hidden_size, t.mcfg.vocab_size
@@ -278,13 +255,15 @@ def stats_programs(t: CompileTarget, learner, state, kernel_impl: str, placement
         out.append(Program("stats_forward", "stats",
                            f"Learner._stats: {rows} sequences x T={p + r} per forward "
                            f"({placement}); serves: {served}",
-                           functools.partial(learner.stats_pass.lower, params, tok, tok, r),
+                           functools.partial(learner.stats_pass.lower, params, tok, tok, r,
+                                             *frozen),
                            extra_live=extra, analytic_flops=kern))
     k = learner.proposal_top_k
     if k:
         out.append(Program("stats_topk", "stats",
                            f"Learner._topk: SIS top-{k} of {rows} sequences per forward",
-                           functools.partial(learner.topk_pass.lower, params, tok, tok, r, k),
+                           functools.partial(learner.topk_pass.lower, params, tok, tok, r, k,
+                                             *frozen),
                            extra_live=extra))
     return out
 
@@ -346,6 +325,7 @@ def target_decode_choice(t: CompileTarget, requests: int):
     (`decode_layout.decide_for`: same model numbers, chip, free memory)."""
     from tseeds_jax import chips
     from tseeds_jax import decode_layout as dl
+    from tseeds_jax.rl.learn.adapters import lora_shape
     from tseeds_jax.sampling import core, layout
 
     p, r = t.widths
@@ -353,10 +333,12 @@ def target_decode_choice(t: CompileTarget, requests: int):
     return dl.decide_for(t.mcfg, sampler_dtype=t.cfg.model.sampler_dtype, chip=chips.chip(t.family),
                          devices=len(devices), per_host=layout.devices_per_host(devices),
                          requests=requests, hbm_bytes=t.hbm_bytes,
-                         cache_len=core.cache_bucket(p + r), tensor=t.cfg.hardware.sampler_tensor)
+                         cache_len=core.cache_bucket(p + r), tensor=t.cfg.hardware.sampler_tensor,
+                         lora=lora_shape(t.cfg.lora, t.mcfg))
 
 
-def sampler_programs(t: CompileTarget, state, buckets: str = "all") -> list[Program]:
+def sampler_programs(t: CompileTarget, state, buckets: str = "all", learner=None) -> list[Program]:
+    """learner: its `frozen` makes the sampler a LoRA run's (scale/compile_lora.py)."""
     from tseeds_jax.sampling import core
     from tseeds_jax.sampling.placement import SamplerShardings
     from tseeds_jax.sampling.strategies import make_strategy
@@ -398,12 +380,21 @@ def sampler_programs(t: CompileTarget, state, buckets: str = "all") -> list[Prog
         params = cast_tree(jax.tree.map(lambda x: _sds(x, one), state.params), sdt)
         rows = lambda shape, what: one  # noqa: E731
         kv = lambda axes, shape: one  # noqa: E731
-    # the trainer's sampler cast returns the params themselves; the decode layout always holds its own copy
-    same = sharded and not decode and sdt == t.mcfg.param_dtype
-    cast_bytes = 0 if same else device_bytes(params)
-    # The decode layout: the learner-layout cast the trainer passes in stays alive beside the
-    # decode copy (`WeightSync` keeps it as its key) unless the cast returned the params.
-    held = device_bytes(learner_cast) if decode and sdt != t.mcfg.param_dtype else 0
+    if getattr(learner, "frozen", None) is not None:  # LoRA: adapters synced, the base placed once
+        from tseeds_jax.scale import compile_lora
+
+        resident += compile_lora.frozen_bytes(learner)
+        graphdef, params, cast_bytes, held, progs = compile_lora.sampler_weights(
+            t, learner, state, sdt, "decode" if decode else "sharded" if sharded else "replica",
+            mesh=mesh if decode else None, device=t.mesh.devices.flat[0])
+    else:
+        # the trainer's sampler cast returns the params themselves; the decode layout always
+        # holds its own copy
+        same = sharded and not decode and sdt == t.mcfg.param_dtype
+        cast_bytes = 0 if same else device_bytes(params)
+        # The decode layout: the learner-layout cast the trainer passes in stays alive beside
+        # the decode copy (`WeightSync` keeps it as its key) unless the cast returned the params.
+        held = device_bytes(learner_cast) if decode and sdt != t.mcfg.param_dtype else 0
     resident += held
     def decode_state(slots):
         init = functools.partial(core.init_buffers, t.mcfg, slots, s["cache_len"], s["n_out"])

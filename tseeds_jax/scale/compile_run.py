@@ -80,7 +80,7 @@ def programs_for(t, only=cp.PHASES, *, prefill_buckets: str = "all",
         progs += cp.stats_programs(t, learner, state, kernel_impl,
                                    t.cfg.hardware.sampler_placement)
     if "sampler" in only and kernel_impl == "pallas":
-        progs += cp.sampler_programs(t, state, prefill_buckets)
+        progs += cp.sampler_programs(t, state, prefill_buckets, learner=learner)
     if "kernel" in only and kernel_impl == "pallas":
         progs += cp.kernel_programs(t)
     return progs
@@ -236,7 +236,9 @@ def decode_layout_summary(res: Result, step, s, chip) -> dict[str, Any]:
     t = res.target
     choice = s["choice"]
     f = live_fraction(t)
-    m = dl.DecodeModel.of(t.mcfg, t.cfg.model.sampler_dtype)
+    from tseeds_jax.rl.learn.adapters import lora_shape
+
+    m = dl.DecodeModel.of(t.mcfg, t.cfg.model.sampler_dtype, lora_shape(t.cfg.lora, t.mcfg))
     slots_rep = s["slots"] // s["shards"]
     tensor = s["tensor"]
     live_bytes = step.bytes_accessed - (1.0 - f) * step.decode_cache_bytes
@@ -300,9 +302,10 @@ def step_model_inputs(res: Result, s, roof, ici) -> dict[str, Any] | None:
 
 
 def _sync_s(res: Result, roof, ici) -> float:
-    """The weight sync's time (the decode layout's reshard), 0 for the other placements."""
-    c = res.by_name("sampler_reshard")
-    return roof(c) + ici(c) if c is not None else 0.0
+    """The weight sync's time (the decode layout's reshard; a LoRA run's: of the adapters, and
+    the merge of a "merged" sampler), 0 for the other placements."""
+    return sum(roof(c) + ici(c) for c in map(res.by_name, ("sampler_reshard", "lora_merge"))
+               if c is not None)
 
 
 def generation_times(res: Result, s, roof, ici, roof_live=None) -> dict[str, Any]:

@@ -46,6 +46,7 @@ from tseeds_jax.scale import plan_sampler
 from tseeds_jax.scale.plan_common import (
     DTYPE_BYTES,
     ParamLayout,
+    adapter_layout,
     param_layout,
     score_rows,
 )
@@ -130,6 +131,10 @@ class Workload:
     old_logp_recompute: bool = False
     devices_per_host: int = 1
     grad_reduce: str = "micro_batch"  # optim.grad_reduce: "update" keeps unreduced gradients
+    # config.lora (rank 0: full-parameter training): adapters trained on a frozen base
+    lora_rank: int = 0
+    lora_targets: tuple[str, ...] = ()
+    lora_sampler: str = "merged"
 
     @property
     def sequences(self) -> int:
@@ -233,9 +238,18 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> MemoryPlan:
     # ---- resident ----
     param_bytes = lay.per_device * pb
     add("resident", "parameters", param_bytes,
-        f"{lay.total / 1e9:.2f}B params x {pb} B / (fsdp x tensor shards)")
-    add("resident", "optimizer state", 2 * param_bytes, "AdamW mu + nu in the param dtype")
-    if w.kl_coef:
+        f"{lay.total / 1e9:.2f}B params x {pb} B / (fsdp x tensor shards)"
+        + ("; the frozen base: no gradient, no optimizer state" if w.lora_rank else ""))
+    # What is trained: every parameter, or (LoRA) the float32 adapters, laid out by their rule.
+    tl = adapter_layout(m, w.mesh, w.lora_rank, tuple(w.lora_targets)) if w.lora_rank else lay
+    tb = 4 if w.lora_rank else pb
+    train_bytes = tl.per_device * tb
+    if w.lora_rank:
+        add("resident", "LoRA adapters", train_bytes, f"{tl.total / 1e6:.1f}M float32 "
+            f"(rank {w.lora_rank}, {len(w.lora_targets)} targets)")
+    add("resident", "optimizer state", 2 * train_bytes, "AdamW mu + nu in the param dtype"
+        + (" (of the adapters)" if w.lora_rank else ""))
+    if w.kl_coef and not w.lora_rank:  # LoRA: the reference is the base without adapters
         add("resident", "reference parameters", param_bytes, "loss.kl_coef > 0")
 
     # ---- learner step ----
@@ -257,7 +271,7 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> MemoryPlan:
     # unreduced, whole but for the tensor split, in a float32 accumulator until the update's
     # one reduction.
     unreduced = w.grad_reduce == "update" and batch_shards > 1 and ok_b
-    grad_bytes = lay.per_tensor * 4 if unreduced else param_bytes
+    grad_bytes = tl.per_tensor * 4 if unreduced else train_bytes
     add("learner", "gradient accumulator", grad_bytes,
         "float32, unreduced: whole per device but for the tensor split (grad_reduce='update')"
         if unreduced else
@@ -283,7 +297,7 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> MemoryPlan:
     add("learner", "saved activations", saved, note)
     if w.compiler == "tpu" and m.remat and w.kernel_impl == "pallas":
         _learner_compiled(w, lay, add, n_tok=n_tok, n_resp=n_resp, b=b, t_len=t_len,
-                          h_t=h_t, k_t=k_t, f_t=f_t, param_bytes=param_bytes,
+                          h_t=h_t, k_t=k_t, f_t=f_t, param_bytes=train_bytes,
                           unreduced=unreduced)
         return _after_learner(w, lay, terms, add, warns, hbm_bytes, h=h, f=f, h_t=h_t, f_t=f_t,
                               t_len=t_len, n_seq=n_seq)
@@ -312,7 +326,7 @@ def estimate(w: Workload, *, hbm_bytes: int | None = None) -> MemoryPlan:
         add("learner", "gathered layer weights", gathered,
             "FSDP all-gather of 2 layers (+ compute-dtype copy)" if fsdp > 1 else
             "compute-dtype copy of one layer's weights")
-    opt_work = OPT_LEAF_TEMPS * lay.largest_leaf_per_device * 4
+    opt_work = OPT_LEAF_TEMPS * tl.largest_leaf_per_device * 4
     backward = sum(t.bytes for t in terms if t.phase == "learner")
     optimizer = batch_bytes + 2 * grad_bytes + opt_work
     if optimizer > backward:  # the optimizer update dominates: replace the backward terms
@@ -481,6 +495,7 @@ def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
 
     top_k = family.from_loss_config(cfg.loss)[2].proposal_top_k
     stale = getattr(getattr(cfg, "stale", None), "steps", 0)
+    lo = getattr(cfg, "lora", None)
     return Workload(
         model=cfg.model.model_config(read_hf=read_hf), mesh=mesh,
         batch_prompts=cfg.rollout.batch_prompts, group_size=cfg.rollout.group_size,
@@ -494,6 +509,8 @@ def workload_from_config(cfg, *, accelerator: Accelerator | None = None,
         length_distribution=cfg.rollout.length_distribution,
         kernel_impl=kernel_impl, compiler=compiler, kl_coef=cfg.loss.kl_coef,
         old_logp_recompute=old_logp_recompute, grad_reduce=o.grad_reduce,
+        lora_rank=lo.rank if lo else 0, lora_targets=tuple(lo.targets) if lo else (),
+        lora_sampler=lo.sampler if lo else "merged",
         # rl/learn/hooks.py statistics passes over a batch (chunked: rl/learn/row_pass.py)
         plugin_stats=bool(old_logp_recompute or stale
                                or (top_k and cfg.seeds.refresh_interval > 1)),

@@ -213,6 +213,10 @@ def step_estimate(plan, fv) -> dict | None:
     if params["update_s"] is None:
         params["update_s"] = inputs["update_flops_s"]
         how = "update: 6 x params x tokens FLOPs / peak (lower bound; --update-s to set it)"
+        if plan.workload.lora_rank:  # no weight gradients of the frozen base: 2 of the 6
+            params["update_s"] *= 4 / 6
+            how = ("update: 4 x params x tokens FLOPs / peak (LoRA: forward and activation "
+                   "gradients, no weight gradients of the base; lower bound; --update-s)")
     out = step_model_from_inputs(inputs, **params)
     out["how"] = ("step model on the decode layout's analytic decode step (HBM + ICI, no weight "
                   f"sync); {how}")

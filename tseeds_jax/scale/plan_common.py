@@ -111,3 +111,37 @@ def cache_bucket(length: int) -> int:
     from tseeds_jax.sampling.core import cache_bucket as bucket
 
     return bucket(length)
+
+
+@functools.lru_cache(maxsize=64)
+def adapter_layout(mcfg, mesh: tuple[int, int, int], rank: int, targets: tuple) -> ParamLayout:
+    """The LoRA adapters' layout (rl/learn/adapters.py): A [I, R] split like its weight's input
+    axis, B [R, O] like its output axis, the rank replicated (model/lora.py TARGETS)."""
+    from tseeds_jax.model.lora import TARGETS, adapter_features
+
+    sizes = dict(zip(("data", "fsdp", "tensor"), mesh))
+    tensor_only = {"data": 1, "fsdp": 1, "tensor": sizes["tensor"]}
+    total = per_dev = largest = layer = per_tensor = 0.0
+    for t in targets:
+        i, o = adapter_features(mcfg, t)
+        _, _, _, in_axis, out_axis = TARGETS[t]
+        for shape, axes in (((i, rank), (in_axis, "lora_rank")),
+                            ((rank, o), ("lora_rank", out_axis))):
+            n = math.prod(shape)
+            share = n / shard_factor(shape, axes, sizes)
+            total += n * mcfg.num_hidden_layers
+            per_dev += share * mcfg.num_hidden_layers
+            largest = max(largest, share)
+            layer += n / shard_factor(shape, axes, tensor_only)
+            per_tensor += n / shard_factor(shape, axes, tensor_only) * mcfg.num_hidden_layers
+    return ParamLayout(int(total), per_dev, largest, layer, 0, per_tensor)
+
+
+def lora_shape(w):
+    """A LoRA workload's `decode_layout.LoraShape` (None when `w.lora_rank` is 0)."""
+    if not w.lora_rank:
+        return None
+    from tseeds_jax.decode_layout import LoraShape
+
+    total = adapter_layout(w.model, w.mesh, w.lora_rank, w.lora_targets).total
+    return LoraShape(total, w.lora_sampler == "merged")

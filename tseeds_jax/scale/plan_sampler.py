@@ -23,7 +23,14 @@ from __future__ import annotations
 import dataclasses
 import math
 
-from tseeds_jax.scale.plan_common import attention_kind, cache_bucket, score_rows, shard_factor
+from tseeds_jax.scale.plan_common import (
+    adapter_layout,
+    attention_kind,
+    cache_bucket,
+    lora_shape,
+    score_rows,
+    shard_factor,
+)
 
 
 def pow2_at_least(n: int) -> int:
@@ -79,8 +86,8 @@ def workload_decode_choice(w, hbm_bytes=None):
                            per_host=w.devices_per_host, requests=sampler_requests(w),
                            hbm_bytes=hbm_bytes,
                            cache_len=cache_bucket(w.prompt_len + w.response_len),
-                           tensor=w.sampler_tensor)
-    return dl.DecodeModel.of(m, w.sampler_dtype), choice
+                           tensor=w.sampler_tensor, lora=lora_shape(w))
+    return dl.DecodeModel.of(m, w.sampler_dtype, lora_shape(w)), choice
 
 
 def _decode_memory(w, lay, dtype_bytes, hbm_bytes) -> SamplerMemory:
@@ -93,8 +100,9 @@ def _decode_memory(w, lay, dtype_bytes, hbm_bytes) -> SamplerMemory:
     t, reps = c.layout.tensor, c.layout.replicas
     slots_rep = (-(-w.sampler_slots // reps) if w.sampler_slots else c.slots)
     s = cache_bucket(w.prompt_len + w.response_len)
-    copy = dm.weight_bytes // t
-    held = lay.per_device * sb if sb != pb else 0  # the learner-layout cast, kept as the key
+    copy = (dm.weight_bytes + dm.held_bytes) // t  # LoRA merged: the base beside the weights
+    # the learner-layout cast, kept as the key (LoRA: the adapters are the key)
+    held = lay.per_device * sb if sb != pb and not w.lora_rank else 0
     kv = slots_rep * s * dm.kv_bytes_per_token // t
     h_dev, k_dev = m.num_attention_heads // t, m.num_key_value_heads // t
     t_pre = _prefill_width(w)
@@ -109,10 +117,18 @@ def _decode_memory(w, lay, dtype_bytes, hbm_bytes) -> SamplerMemory:
     decode = slots_rep * (3 * m.vocab_size // t * 4 + h_dev * s * 8) + slots_rep * 2 * 4 * n_out
     return SamplerMemory(
         int(copy + held), f"decode layout: {reps} replicas x tensor {t}, the weights' "
-        f"{w.sampler_dtype} copy split over tensor" + (" + the learner-layout cast" if held else ""),
-        int(copy), int(kv), f"{slots_rep} slots x S={s} x {m.num_hidden_layers} layers x 2 x "
+        f"{w.sampler_dtype} copy split over tensor" + (" + the learner-layout cast" if held else "")
+        + _lora_note(w), int(dm.weight_bytes // t), int(kv),
+        f"{slots_rep} slots x S={s} x {m.num_hidden_layers} layers x 2 x "
         f"{k_dev} kv heads x E={m.head_size}{_kv_note(m)}", 0, int(prefill),
         f"{rows} rows x {t_pre} tokens per device, {_scores_note(w, t_pre)}", int(decode))
+
+
+def _lora_note(w) -> str:
+    if not w.lora_rank:
+        return ""
+    return ("; LoRA: the adapters merged into a copy of the weights at each sync"
+            if w.lora_sampler == "merged" else "; LoRA: the adapters read at every step")
 
 
 def _kv_note(m) -> str:
@@ -152,12 +168,23 @@ def sampler_memory(w, lay, dtype_bytes, hbm_bytes=None) -> SamplerMemory:
         extra = lay.per_device * sb if sb != pb else 0
         extra_note = f"{w.sampler_dtype} cast of this device's parameter shards"
         params_read = lay.per_device * sb
+        if w.lora_rank:  # merged: a merged copy of the shards; low-rank: the adapters read too
+            ad = adapter_layout(m, w.mesh, w.lora_rank, tuple(w.lora_targets)).per_device * 4
+            extra = lay.per_device * sb if w.lora_sampler == "merged" else extra + ad
+            params_read += 0 if w.lora_sampler == "merged" else ad
     else:
         shards = 1
         single = w.num_devices == 1  # local_replica of a one-device state is the state itself
         extra = (0 if single else lay.total * pb) + (lay.total * sb if sb != pb else 0)
         extra_note = "full replica on one device per host" + (" + cast copy" if sb != pb else "")
         params_read = lay.total * sb
+        if w.lora_rank:
+            ad = adapter_layout(m, w.mesh, w.lora_rank, tuple(w.lora_targets)).total * 4
+            merged = w.lora_sampler == "merged"
+            extra = (0 if single else lay.total * pb) + (
+                lay.total * sb if merged or sb != pb else 0) + ad
+            params_read += 0 if merged else ad
+        extra_note += _lora_note(w)
     s = cache_bucket(w.prompt_len + w.response_len)
     dims = {"cache_batch": slots, "cache_length": s, "cache_kv_heads": m.num_key_value_heads,
             "cache_head_dim": m.head_size}

@@ -20,6 +20,7 @@ from tseeds_jax.rl.config.sections import (
     AdvantageConfig,
     DataConfig,
     HardwareConfig,
+    LoraTrainConfig,
     LossConfig,
     OffPolicyConfig,
     OptimConfig,
@@ -30,6 +31,7 @@ from tseeds_jax.rl.config.sections import (
     TrainModelConfig,
 )
 
-__all__ = ["AdvantageConfig", "ConfigValueError", "DataConfig", "HardwareConfig", "LossConfig",
+__all__ = ["AdvantageConfig", "ConfigValueError", "DataConfig", "HardwareConfig",
+           "LoraTrainConfig", "LossConfig",
            "OffPolicyConfig", "OptimConfig", "RestartConfig", "RolloutConfig", "SeedsConfig",
            "StaleConfig", "TrainConfig", "TrainModelConfig", "default_config", "tiny_config"]

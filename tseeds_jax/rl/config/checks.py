@@ -102,3 +102,40 @@ def restart(cfg) -> None:
             branch_split(cfg.rollout.group_size, rs.branch_base, rs.branch_points)
         except ValueError as e:
             bad("branch_points", rs.branch_points, str(e))
+
+
+def lora(cfg) -> None:
+    """`config.lora`: the adapters' values (checked with rank 0 too, so that a typo never waits
+    for the run that switches them on) and what LoRA needs of the rest of the run."""
+    from tseeds_jax.rl.config.sections import LORA_SAMPLER_MODES, LORA_TARGETS
+
+    lo = cfg.lora
+
+    def bad(field, value, why):
+        bad_field(f"lora.{field}", value, why)
+
+    if not isinstance(lo.rank, int) or isinstance(lo.rank, bool) or lo.rank < 0:
+        bad("rank", lo.rank, "must be an integer >= 0 (0: off)")
+    a = lo.alpha
+    if isinstance(a, bool) or not isinstance(a, (int, float)) or not 0 < a < float("inf"):
+        bad("alpha", a, "must be a positive number")
+    d = lo.dropout
+    if isinstance(d, bool) or not isinstance(d, (int, float)) or not 0 <= d < 1:
+        bad("dropout", d, "must be in [0, 1)")
+    targets = lo.targets
+    if (isinstance(targets, str) or not targets or len(set(targets)) != len(targets)
+            or any(t not in LORA_TARGETS for t in targets)):
+        bad("targets", targets, f"expected distinct names from {LORA_TARGETS}")
+    if lo.sampler not in LORA_SAMPLER_MODES:
+        bad("sampler", lo.sampler, f"known: {LORA_SAMPLER_MODES}")
+    kind, _, path = lo.init.partition(":")
+    if lo.init and (kind not in ("peft", "orbax") or not path):
+        bad("init", lo.init, "expected '' (new adapters), 'peft:DIR' or 'orbax:DIR'")
+    if not lo.rank:
+        if lo.init:
+            bad("init", lo.init, "loads adapters, which need lora.rank > 0")
+        return
+    if cfg.optim.train_layers != "all":
+        bad_field("optim.train_layers", cfg.optim.train_layers,
+                  f"with lora.rank={lo.rank} only the adapters are trained; 'head' would "
+                  "train base weights, which LoRA keeps frozen (use 'all')")

@@ -159,7 +159,8 @@ def diagnostic_clip(hparams) -> tuple[float, float]:
 
 
 def derived_method(cfg) -> str:
-    """Run label when `config.method` is empty: loss name, '+seeds', '+luffy', '+stale<s>'."""
+    """Run label when `config.method` is empty: loss name, '+seeds', '+luffy', '+stale<s>',
+    '+lora<rank>'."""
     # An unknown name gets a plain label here; validation reports it.
     needs = losses.get(cfg.loss.name).needs if cfg.loss.name in losses.names() else NONE
     parts = [cfg.loss.name]
@@ -171,4 +172,6 @@ def derived_method(cfg) -> str:
         parts.append("offpolicy")
     if cfg.stale.steps:
         parts.append(f"stale{cfg.stale.steps}")
+    if cfg.lora.rank:
+        parts.append(f"lora{cfg.lora.rank}")
     return "+".join(parts)

@@ -163,3 +163,33 @@ def tiny_variant(c: ml_collections.ConfigDict, variant: str):
         c.data.max_prompt_len = HARD["data.max_prompt_len"]
         c.rollout.max_response_len = HARD["rollout.max_response_len"]
     return c
+
+
+# ---- LoRA (rl/learn/adapters.py; docs/lora.md) ----
+# Adapters on every projection of a frozen base. The learning rate is 10x the full-parameter
+# run's (the tiny recipe's 1e-4, the paper recipe's 1e-6): LoRA's best rate is about ten times
+# full fine-tuning's at these ranks ("LoRA Without Regret", Thinking Machines, 2025, which also
+# finds low ranks enough for RL). Not tuned on our tasks (docs/lora.md).
+LORA = {"tiny": {"lora.rank": 8, "lora.alpha": 16.0, "optim.lr": 1e-3},
+        "paper": {"lora.rank": 32, "lora.alpha": 64.0, "optim.lr": 1e-5}}
+
+
+def lora_overrides(*, scale: str = "tiny") -> dict[str, Any]:
+    """{dotted config field: value} that turn a run of `scale` into its LoRA run (the demo's
+    LoRA entries add these to a method's)."""
+    if scale not in LORA:
+        raise ValueError(f"scale={scale!r}: expected one of {tuple(LORA)}")
+    return dict(LORA[scale])
+
+
+def apply_lora(c: ml_collections.ConfigDict, *, scale: str = "tiny"):
+    """Sets `c` (a method's config) up as its LoRA run; the label gains "+lora"."""
+    for key, value in lora_overrides(scale=scale).items():
+        node = c
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node[p]
+        node[leaf] = value
+    if c.method:
+        c.method = f"{c.method}+lora"
+    return c

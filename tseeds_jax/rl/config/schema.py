@@ -21,6 +21,7 @@ from tseeds_jax.rl.config.sections import (
     AdvantageConfig,
     DataConfig,
     HardwareConfig,
+    LoraTrainConfig,
     LossConfig,
     OffPolicyConfig,
     OptimConfig,
@@ -31,7 +32,8 @@ from tseeds_jax.rl.config.sections import (
     TrainModelConfig,
 )
 
-__all__ = ["AdvantageConfig", "ConfigValueError", "DataConfig", "HardwareConfig", "LossConfig",
+__all__ = ["AdvantageConfig", "ConfigValueError", "DataConfig", "HardwareConfig",
+           "LoraTrainConfig", "LossConfig",
            "OffPolicyConfig", "OptimConfig", "RestartConfig", "RolloutConfig", "SeedsConfig",
            "StaleConfig", "TrainConfig", "TrainModelConfig", "default_config", "tiny_config"]
 
@@ -80,6 +82,7 @@ class TrainConfig:
     run_dir: str = "runs/default"  # checkpoints, metrics.jsonl, TensorBoard events
     steps: int = 20  # training steps (one step = one batch of B prompts x G responses)
     model: TrainModelConfig = section(TrainModelConfig)
+    lora: LoraTrainConfig = section(LoraTrainConfig)  # low-rank adapters (rank 0: off)
     tokenizer: str = "char"  # "char" (built-in character vocabulary) | "spm:MODEL" | "hf:DIR"
     data: DataConfig = section(DataConfig)
     reward: str = "reasoning_gym"  # a registered reward name (tseeds_jax.rewards)
@@ -266,6 +269,7 @@ class TrainConfig:
         family.check_run(lo, refresh_interval=self.seeds.refresh_interval, offpolicy_source=op.source)
         checks.stale(self)  # stale.* values and what each of its features needs
         checks.restart(self)
+        checks.lora(self)
         compat.check(self)  # which features combine (one table)
 
     def _validate_hardware(self) -> None:

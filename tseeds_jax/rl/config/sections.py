@@ -64,6 +64,42 @@ class TrainModelConfig:
         return ModelConfig.from_hf_dict(arch, source="config.model.arch", **run)
 
 
+# The projections an adapter may target (model/lora.py ALL_TARGETS; repeated here so that the
+# config stays importable without JAX).
+LORA_TARGETS = ("q", "k", "v", "o", "gate", "up", "down")
+LORA_SAMPLER_MODES = ("merged", "lowrank")  # model/lora.py DECODE_MODES
+
+
+@dataclasses.dataclass(frozen=True)
+class LoraTrainConfig:
+    """`config.lora`: low-rank adapters on a frozen base (docs/lora.md). rank 0 (the default):
+    off, every parameter is trained. rank R > 0: adapters A [in, R] (random from the run seed)
+    and B [R, out] (zero) on `targets` of every layer; only they are trained and have optimizer
+    state, and only they move to the sampler and into checkpoints and pi_b snapshots."""
+
+    rank: int = 0  # R; 0: off (full-parameter training); LoRA RL runs use 8-64
+    # the adapter term is scaled by alpha / rank (alpha / sqrt(rank) with use_rslora); 32 is
+    # 2 x rank 16, PEFT's common choice
+    alpha: float = 32.0
+    # rate on each adapter's input in the learner's update (0: none). Off by default: a mask
+    # makes two log-prob passes of one policy disagree (ratio != 1 on on-policy tokens)
+    dropout: float = 0.0
+    targets: tuple[str, ...] = LORA_TARGETS  # projections adapted, from LORA_TARGETS
+    use_rslora: bool = False  # scale alpha / sqrt(rank) (rank-stabilised LoRA)
+    # where the adapters start: "" new (A random, B = 0: the base's logits bit for bit) |
+    # "peft:DIR" (an HF PEFT adapter folder) | "orbax:DIR" (a `tseeds convert` adapter checkpoint)
+    init: str = ""
+    # how the sampler gets the adapters each step: "merged" (folded into its copy of the
+    # weights, W + scale A B, then a plain decode step) | "lowrank" (the decode step computes
+    # the adapter terms); only adapter bytes move either way. Default from the compiled TPU
+    # programs (docs/lora.md, "Which decode step").
+    sampler: str = "merged"
+
+    @property
+    def on(self) -> bool:
+        return bool(self.rank)
+
+
 @dataclasses.dataclass(frozen=True)
 class DataConfig:
     """`config.data`: the prompts."""

@@ -26,6 +26,7 @@ Loss-family plumbing: the learner serves what the loss's registry entry declares
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import flax.struct
@@ -40,6 +41,7 @@ from tseeds_jax import kernels
 from tseeds_jax.kernels.topk import gather_logprobs, topk_logprobs
 from tseeds_jax.rl import losses
 from tseeds_jax.rl.config.sections import LossConfig, OptimConfig
+from tseeds_jax.rl.learn import adapters as adapters_lib
 from tseeds_jax.rl.learn import grad_accum
 from tseeds_jax.rl.learn.batch import LearnerBatch, shard_batch
 
@@ -48,7 +50,7 @@ NUM_POS_BINS = 10  # positional profiles in 10% bins of relative position (paper
 
 @flax.struct.dataclass
 class TrainState:
-    params: Any  # nnx.State of the model's Params
+    params: Any  # nnx.State of the trained Params (a LoRA run: the adapters only)
     opt_state: Any
     step: jax.Array  # optimizer updates so far (int32)
 
@@ -84,9 +86,10 @@ def loss_hparams(lcfg: LossConfig):
     return spec, hparams
 
 
-def response_hidden(graphdef, params, tokens_BT, attn_mask_BT, response_width: int):
-    """(h_BRD hidden states predicting the response tokens, unembed_DV, targets_BR)."""
-    model = nnx.merge(graphdef, params)
+def response_hidden(graphdef, params, tokens_BT, attn_mask_BT, response_width: int, frozen=()):
+    """(h_BRD hidden states predicting the response tokens, unembed_DV, targets_BR).
+    frozen: the states that complete `params` (a LoRA run: base, rest; else none)."""
+    model = nnx.merge(graphdef, params, *frozen)
     h_BTD, _ = model.hidden(tokens_BT, attn_mask_BT=attn_mask_BT)
     t = h_BTD.shape[1]
     p = t - response_width
@@ -94,13 +97,14 @@ def response_hidden(graphdef, params, tokens_BT, attn_mask_BT, response_width: i
 
 
 def token_stats(graphdef, params, tokens_BT, attn_mask_BT, response_width: int, impl: str = "auto",
-                *, with_hidden: bool = False):
+                *, with_hidden: bool = False, frozen=()):
     """(logp_BR, entropy_BR) of the response tokens under `params` (float32, differentiable).
 
     with_hidden: also return (h_BRD, unembed_DV) for further LM-head statistics (SIS top-K).
+    frozen: as `response_hidden`'s (never differentiated: only `params` are).
     """
     h_BRD, w_DV, targets_BR = response_hidden(graphdef, params, tokens_BT, attn_mask_BT,
-                                              response_width)
+                                              response_width, frozen)
     b, _, d = h_BRD.shape
     logp_N, ent_N = kernels.logprob_entropy(h_BRD.reshape(-1, d), w_DV, targets_BR.reshape(-1),
                                             impl=impl)
@@ -156,13 +160,16 @@ _JITTED: dict = {}
 
 
 class Learner:
-    """Owns the optimizer and the jitted functions; holds no parameters itself."""
+    """Owns the optimizer and the jitted functions; holds no trained parameters itself (a LoRA
+    run's frozen base, an argument of every jitted function, is `frozen`)."""
 
     def __init__(self, graphdef, params, lcfg: LossConfig, ocfg: OptimConfig, *, variant: str,
-                 old_logp_mode: str, kernel_impl: str = "auto", mesh=None):
+                 old_logp_mode: str, kernel_impl: str = "auto", mesh=None, frozen=None):
         """mesh: the training mesh its batches are sharded over (learn/batch.py's one rule), or
-        None (a batch already laid out, e.g. a global array of every host's rows)."""
+        None (a batch already laid out, e.g. a global array of every host's rows). frozen: a
+        LoRA run's `adapters.Frozen` (`params` are then the adapters), or None."""
         self.graphdef = graphdef
+        self.frozen = frozen
         self.lcfg, self.ocfg = lcfg, ocfg
         self.variant = losses.SeedLossVariant.parse(variant)
         self.spec, self.hparams, self.options = family.from_loss_config(lcfg)
@@ -170,7 +177,7 @@ class Learner:
         self.needs = self.spec.needs
         self.diag_clip = family.diagnostic_clip(self.hparams)
         self.loss_scale = float(getattr(lcfg, "loss_scale", 0.0) or 0.0) or None
-        model_cfg = nnx.merge(graphdef, params).cfg
+        model_cfg = nnx.merge(graphdef, params, *(frozen.states if frozen else ())).cfg
         vocab = model_cfg.vocab_size
         # Weight gradients leave the backward in the compute dtype ("update" reduces in it).
         self.compute_dtype = model_cfg.dtype
@@ -186,13 +193,17 @@ class Learner:
         self.mesh = mesh
         # Learners of equal configuration share their jitted functions (and so their compiled
         # code): a demo or sweep building one trainer per run compiles the step once.
-        key = (graphdef, repr(lcfg), repr(ocfg), self.variant, old_logp_mode, kernel_impl)
+        key = (graphdef, repr(lcfg), repr(ocfg), self.variant, old_logp_mode, kernel_impl,
+               None if frozen is None else (frozen.train_graphdef, frozen.plain_graphdef,
+                                            frozen.dropout_seed))
         if key not in _JITTED:
             _JITTED[key] = (jax.jit(self._stats_impl, static_argnums=(3,)),
                             jax.jit(self._topk_impl, static_argnums=(3, 4)),
-                            jax.jit(self._update_impl, donate_argnums=(0,)))
-        # the jitted programs (the statistics passes and `tseeds compile` lower them directly)
-        self.stats_pass, self.topk_pass, self.update_pass = _JITTED[key]
+                            jax.jit(self._update_impl, donate_argnums=(0,)),
+                            jax.jit(self._reference_impl, static_argnums=(3,)))
+        # The jitted programs (the statistics passes and `tseeds compile` lower them directly).
+        # A LoRA run passes its frozen states (base, rest) as their last argument.
+        self.stats_pass, self.topk_pass, self.update_pass, self.reference_pass = _JITTED[key]
 
     @property
     def needs_old_logp(self) -> bool:
@@ -215,20 +226,31 @@ class Learner:
         return None
 
     # ---- no-grad statistics (refresh, recompute, reference) ----
-    def _stats_impl(self, params, tokens_BT, attn_mask_BT, response_width):
+    def _stats_impl(self, params, tokens_BT, attn_mask_BT, response_width, frozen=()):
         logp, ent = token_stats(self.graphdef, params, tokens_BT, attn_mask_BT, response_width,
-                                self.kernel_impl)
+                                self.kernel_impl, frozen=frozen)
+        return jax.lax.stop_gradient(logp), jax.lax.stop_gradient(ent)
+
+    def _reference_impl(self, base, tokens_BT, attn_mask_BT, response_width):
+        """A LoRA run's reference policy: the base without adapters (the plain graph)."""
+        logp, ent = token_stats(self.frozen.plain_graphdef, base, tokens_BT, attn_mask_BT,
+                                response_width, self.kernel_impl)
         return jax.lax.stop_gradient(logp), jax.lax.stop_gradient(ent)
 
     def stats(self, params, tokens_BT, attn_mask_BT, response_width: int):
         """(logp_BR, entropy_BR) as numpy, e.g. behavior log-probs at refresh time."""
         logp, ent = self.stats_pass(params, jnp.asarray(tokens_BT), jnp.asarray(attn_mask_BT),
-                                int(response_width))
+                                    int(response_width), *self.frozen_arg(params))
         return np.asarray(logp), np.asarray(ent)
 
-    def _topk_impl(self, params, tokens_BT, attn_mask_BT, response_width, k):
+    def frozen_arg(self, params) -> tuple:
+        """The trailing argument of a jitted pass: none, or a LoRA run's frozen states placed
+        like `params` (`Frozen.like`)."""
+        return () if self.frozen is None else (self.frozen.like(params),)
+
+    def _topk_impl(self, params, tokens_BT, attn_mask_BT, response_width, k, frozen=()):
         h, w, _ = response_hidden(self.graphdef, jax.lax.stop_gradient(params), tokens_BT,
-                                  attn_mask_BT, response_width)
+                                  attn_mask_BT, response_width, frozen)
         b, r, d = h.shape
         ids, lp, _ = topk_logprobs(h.reshape(-1, d), w, k)
         return ids.reshape(b, r, k), lp.reshape(b, r, k)
@@ -237,7 +259,7 @@ class Learner:
         """(ids_BRK int32, logp_BRK float32) numpy: the policy's top-K at every response position."""
         k = k or self.proposal_top_k
         ids, lp = self.topk_pass(params, jnp.asarray(tokens_BT), jnp.asarray(attn_mask_BT),
-                             int(response_width), int(k))
+                                 int(response_width), int(k), *self.frozen_arg(params))
         return np.asarray(ids), np.asarray(lp)
 
     # ---- the update ----
@@ -273,11 +295,13 @@ class Learner:
                     topk_cur_logp_BTK=cur_k.reshape(b, r, k),
                     target_in_topk_BT=in_topk.reshape(b, r).astype(jnp.float32))
 
-    def _micro_loss(self, params, mb: LearnerBatch, dens, first, extra=None):
+    def _micro_loss(self, params, mb: LearnerBatch, dens, first, extra=None, *, frozen=()):
         extra = extra or {}
         r = mb.response_width
-        logp, ent, h_BRD, w_DV = token_stats(self.graphdef, params, mb.tokens_BT, mb.attn_mask_BT,
-                                             r, self.kernel_impl, with_hidden=True)
+        graphdef = self.graphdef if self.frozen is None else self.frozen.train_graphdef
+        logp, ent, h_BRD, w_DV = token_stats(graphdef, params, mb.tokens_BT, mb.attn_mask_BT,
+                                             r, self.kernel_impl, with_hidden=True,
+                                             frozen=frozen)
         resp, seed = mb.resp_mask_BR, mb.seed_mask_BR * mb.resp_mask_BR
         old = self._old_logp(logp, mb)
         loss_mask = losses.seed_loss_mask(resp, seed, self.variant)
@@ -305,16 +329,17 @@ class Learner:
                             resp, seed, mb.sampler_logp_BR, self.diag_clip, first)
         return out.loss, (out, diag)
 
-    def _nograd_logp_ent(self, params, mbs_XB):
+    def _nograd_logp_ent(self, params, mbs_XB, frozen=()):
         """(logp, entropy) [X, b, R] of stacked micro-batches, no gradient (lax.map over X)."""
         def one(mb):
-            return self._stats_impl(params, mb.tokens_BT, mb.attn_mask_BT, mb.response_width)
+            return self._stats_impl(params, mb.tokens_BT, mb.attn_mask_BT, mb.response_width,
+                                    frozen)
 
         return jax.lax.map(one, mbs_XB)
 
-    def _minibatch_selection(self, params, mb_UB, entropy_mean, controller_state):
+    def _minibatch_selection(self, params, mb_UB, entropy_mean, controller_state, frozen=()):
         """The loss's selection [U, b, R] over the whole mini-batch (no gradient)."""
-        logp_UBR, _ = self._nograd_logp_ent(params, mb_UB)
+        logp_UBR, _ = self._nograd_logp_ent(params, mb_UB, frozen)
         flat = lambda x: x.reshape((-1,) + x.shape[2:])
         mb = jax.tree_util.tree_map(flat, mb_UB)
         logp = flat(logp_UBR)
@@ -325,8 +350,10 @@ class Learner:
                                       entropy_mean=entropy_mean, state=controller_state)
         return sel.reshape(logp_UBR.shape)
 
-    def _update_impl(self, state: TrainState, batch: LearnerBatch, rng, controller_state):
-        """All optimizer updates of one batch: epochs x mini-batches, micro-batches accumulated."""
+    def _update_impl(self, state: TrainState, batch: LearnerBatch, rng, controller_state,
+                     frozen=()):
+        """All optimizer updates of one batch: epochs x mini-batches, micro-batches accumulated.
+        frozen: a LoRA run's frozen states (a constant: never differentiated or updated)."""
         o = self.ocfg
         n = batch.tokens_BT.shape[0]
         mini = n // o.mini_batches
@@ -334,7 +361,12 @@ class Learner:
         n_micro = mini // micro
         split = lambda x: x.reshape((o.mini_batches, n_micro, micro) + x.shape[1:])
         batches = jax.tree_util.tree_map(split, batch)
-        grad_fn = jax.grad(self._micro_loss, has_aux=True)
+
+        def grads_of(fz):
+            return jax.grad(functools.partial(self._micro_loss, frozen=fz), has_aux=True)
+
+        grad_fn = grads_of(frozen)
+        dropout = self.frozen is not None and self.frozen.lcfg.dropout > 0
         r = batch.response_width
         needs = self.needs
         entropy_mean = None
@@ -346,7 +378,7 @@ class Learner:
             # rows only, so their forward is not that pass either).
             flat_mbs = jax.tree_util.tree_map(
                 lambda x: x.reshape((-1,) + x.shape[2:]), batches)
-            _, ent = self._nograd_logp_ent(state.params, flat_mbs)
+            _, ent = self._nograd_logp_ent(state.params, flat_mbs, frozen)
             entropy_mean = _token_mean(ent, flat_mbs.resp_mask_BR)
         # Per-shard gradients see a shard's rows only: batch-coupled selections come first.
         whole_minibatch = needs.selection is not None and (n_micro > 1 or per_update)
@@ -366,29 +398,36 @@ class Learner:
                 extra["controller_state"] = controller_state
             if whole_minibatch:
                 extra["selection"] = self._minibatch_selection(params, mb_UB, entropy_mean,
-                                                               controller_state)
+                                                               controller_state, frozen)
             if needs.topk_proposal:
                 u = jax.random.uniform(jax.random.fold_in(rng, k), (n_micro * micro, r))
                 extra["uniforms"] = u.reshape(n_micro, micro, r)
             per_micro = {key: v for key, v in extra.items() if key in ("selection", "uniforms")}
             shared = {key: v for key, v in extra.items() if key not in per_micro}
+            xs = (mb_UB, per_micro)
+            if dropout:
+                xs = xs + (jnp.arange(n_micro),)
+
+            def micro_grad(xs):  # adapter dropout: a mask key per (update, micro-batch)
+                return grads_of(adapters_lib.with_dropout(self.frozen, frozen, state.step + k,
+                                                          xs[2])) if dropout else grad_fn
 
             if per_update:
                 def micro_step(acc_S, xs):
-                    mb, pm = xs
-                    g_S, aux_S = accum.grads(grad_fn, params, mb, shared, pm, dens, first)
+                    mb, pm = xs[:2]
+                    g_S, aux_S = accum.grads(micro_grad(xs), params, mb, shared, pm, dens, first)
                     return accum.add(acc_S, g_S), aux_S
 
-                acc_S, auxs = jax.lax.scan(micro_step, accum.zeros(params), (mb_UB, per_micro))
+                acc_S, auxs = jax.lax.scan(micro_step, accum.zeros(params), xs)
                 grads = accum.reduce(acc_S, params)
             else:
                 def micro_step(acc, xs):
-                    mb, pm = xs
-                    g, aux = grad_fn(params, mb, dens, first, {**shared, **pm})
+                    mb, pm = xs[:2]
+                    g, aux = micro_grad(xs)(params, mb, dens, first, {**shared, **pm})
                     return jax.tree_util.tree_map(jnp.add, acc, g), aux
 
                 zeros = jax.tree_util.tree_map(jnp.zeros_like, params)
-                grads, auxs = jax.lax.scan(micro_step, zeros, (mb_UB, per_micro))
+                grads, auxs = jax.lax.scan(micro_step, zeros, xs)
             updates, opt_state = self.tx.update(grads, opt_state, params)
             params = optax.apply_updates(params, updates)
             return (params, opt_state, k + 1), (auxs, optax.tree.norm(grads))
@@ -421,7 +460,8 @@ class Learner:
             raise ValueError(f"loss {self.loss_name!r} needs a batch built with top_k "
                              f"(build_batch(top_k=K))")
         rng = jax.random.PRNGKey(0) if rng is None else rng
-        return self.update_pass(state, batch, rng, controller_state)
+        frozen = () if self.frozen is None else (self.frozen.states,)
+        return self.update_pass(state, batch, rng, controller_state, *frozen)
 
 
 def _token_mean(values, mask):

@@ -47,6 +47,14 @@ class RowStats:
         """(logp_BR, entropy_BR) numpy of the response tokens under `params`."""
         return self._rows(params, tokens_BT, attn_BT, response_width, topk=False)
 
+    def reference(self, params, tokens_BT, attn_BT, response_width: int):
+        """(logp_BR, entropy_BR) numpy under the reference policy: `params` (the initial
+        parameters), or in a LoRA run the base without adapters (no copy of it)."""
+        if self.learner.frozen is None:
+            return self.logp_entropy(params, tokens_BT, attn_BT, response_width)
+        return self._rows(self.learner.frozen.base, tokens_BT, attn_BT, response_width,
+                          topk=False, reference=True)
+
     def topk(self, params, tokens_BT, attn_BT, response_width: int):
         """(ids_BRK int32, logp_BRK float32) numpy: the policy's top-K (the loss's proposal) at
         every response position."""
@@ -58,11 +66,12 @@ class RowStats:
                                                self.prompt_width, self.response_width,
                                                self.pad_id)
 
-    def _rows(self, params, tokens_BT, attn_BT, r, *, topk: bool):
+    def _rows(self, params, tokens_BT, attn_BT, r, *, topk: bool, reference: bool = False):
         k = self.learner.proposal_top_k
         n = len(tokens_BT)
-        mesh = params_mesh(params)
-        spread = mesh is not None and hosts_lib.spans_processes(params)
+        frozen = () if reference else self.learner.frozen_arg(params)  # a LoRA run's base
+        mesh = params_mesh((params, frozen))
+        spread = mesh is not None and hosts_lib.spans_processes((params, frozen))
         parts = self.hosts.count if spread else 1
         n_max = int(hosts_lib.gather_rows(np.array([n], np.int32), self.hosts).max()) if spread \
             else n
@@ -83,8 +92,10 @@ class RowStats:
         # np.asarray, which cannot read rows that live on other processes.
         def forward(t, a):
             if topk:
-                return self.learner.topk_pass(params, put(t), put(a), int(r), int(k))
-            return self.learner.stats_pass(params, put(t), put(a), int(r))
+                return self.learner.topk_pass(params, put(t), put(a), int(r), int(k), *frozen)
+            if reference:
+                return self.learner.reference_pass(params, put(t), put(a), int(r))
+            return self.learner.stats_pass(params, put(t), put(a), int(r), *frozen)
 
         read = (lambda x: hosts_lib.local_rows(x, mesh)) if spread else np.asarray
         outs = [tuple(read(x) for x in forward(tok[i : i + local], att[i : i + local]))

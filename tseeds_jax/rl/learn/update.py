@@ -49,7 +49,7 @@ class Update:
         if c.stale.correction != "off":
             batch, rc_metrics = self._correct(params, batch, samples)
         if c.loss.kl_coef:
-            batch = batch.replace(ref_logp_BR=self.stats.logp_entropy(
+            batch = batch.replace(ref_logp_BR=self.stats.reference(
                 self.ref_params, batch.tokens_BT, batch.attn_mask_BT, r)[0])
         if not self.hosts.single:
             batch = hosts_lib.to_global(batch, self.mesh, self.hosts)

@@ -42,7 +42,9 @@ PREFIX_CHOICE = 0x7E11  # PrefixRL's pick of pool problems
 FIRST_PASS = 0x7E12  # a restart method's first (or only) generation of a step
 BRANCH = 0x7E13  # FR3E / CURE branches
 ANCHOR = 0x7E14  # FR3E / CURE anchor choice
-METHOD = (SIS, PREFIX_POOL, PREFIX_CHOICE, FIRST_PASS, BRANCH, ANCHOR)
+LORA_INIT = 0x10A0  # LoRA adapters' A at initialisation (step 0; rl/learn/adapters.py)
+LORA_DROPOUT = 0x10A1  # LoRA adapter dropout masks' key (step 0; folded with update, micro-batch)
+METHOD = (SIS, PREFIX_POOL, PREFIX_CHOICE, FIRST_PASS, BRANCH, ANCHOR, LORA_INIT, LORA_DROPOUT)
 
 
 def _int31(words: list[int]) -> int:
