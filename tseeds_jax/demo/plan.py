@@ -15,13 +15,15 @@ from __future__ import annotations
 
 import os
 
+from tseeds_jax.eval.rundata import base_folder
+
 # Methods that are compared first, in pairs: an early stop still compares the ratio rule with
 # DAPO on every base before anything else runs.
 _GROUPS = (("dapo", "ts_ratio"), ("ts_mixture", "ts_mixture_spread"))
 
 
 def base_dir(out: str, base: int) -> str:
-    return os.path.join(out, "base" if base == 0 else f"base{base}")
+    return base_folder(out, base)
 
 
 def run_dir(out: str, method: str, base: int, seed: int) -> str:
