@@ -334,3 +334,18 @@ def test_a_quoted_result_below_a_table_that_differs_from_its_record_is_caught(tm
         problems = results_render.check(str(tmp_path))
         assert (problems == []) if bad is None else any(bad in p for p in problems), (prose,
                                                                                     problems)
+
+
+def test_no_record_command_holds_an_absolute_path_and_new_ones_are_made_portable():
+    """Issue 46: a record's command names no absolute path of the machine it ran on."""
+    bad = re.compile(r"(?<![\w.~:/-])/[\w.+@-]+")
+    for name, rec in results_record.load_all(RESULTS).items():
+        assert not bad.search(rec["command"]), (name, rec["command"])
+    cmd = ("tseeds demo --out /tmp/x --record /repo/docs/results/a.json; /usr/bin/time -v y "
+           "--a=/repo/runs/q,b http://x.org/a")
+    assert results_record.portable_command(cmd, "/repo") == (
+        "tseeds demo --out x --record docs/results/a.json; time -v y --a=runs/q,b "
+        "http://x.org/a")
+    rec = results_record.make("x", "what", "measured", "tseeds demo --out /tmp/run1",
+                              backend="cpu")
+    assert rec["command"] == "tseeds demo --out run1"
