@@ -286,8 +286,11 @@ def write_report(root: str, *, out: str | None = None) -> str:
     if rows:
         n_eval = (base or (methods and next((r.final for rs in methods.values() for r in rs
                                               if r.final), None)) or {}).get("n", "n")
-        lines += [f"Mean over training seeds of avg@{n_eval} and unbiased pass@k.", "",
-                  "| method | seeds | avg@n | " + " | ".join(f"pass@{k}" for k in ks) + " |",
+        unit = "runs" if len(bases) > 1 else "seeds"
+        lines += [f"Mean over the {unit} (training seeds"
+                  + (f" of all {len(bases)} bases; the base row: base {bases[0]}" if len(bases) > 1
+                     else "") + f") of avg@{n_eval} and unbiased pass@k.", "",
+                  f"| method | {unit} | avg@n | " + " | ".join(f"pass@{k}" for k in ks) + " |",
                   "|---|---|---|" + "---|" * len(ks)]
         for label, avg, pk, cnt in rows:
             lines.append(f"| {label} | {cnt} | {_pct(avg)} | "
