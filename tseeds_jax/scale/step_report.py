@@ -89,7 +89,7 @@ def step_model_lines(est: dict) -> list[str]:
         f"  async / sync tokens/s/chip = {est['speedup']:.2f}x; forced to finish: "
         f"{a['forced_share']:.0%} of the responses ({a['forced_token_share']:.0%} of the "
         f"tokens; due {a['forced_due_share']:.0%}, batch rule {a['forced_batch_share']:.0%}; "
-        f"the shortest {a['shortest_forced']} tokens); oldest trained token "
+        f"the shortest {a['shortest_forced'] or '-'} tokens); oldest trained token "
         f"{a['oldest_token_age']} versions"]
     if u:
         lines.append(
