@@ -153,3 +153,21 @@ def test_record_grows_one_run_at_a_time_and_resumes_only_the_same_design(tmp_pat
     with pytest.raises(ValueError, match="machine.cpu.*Another CPU"):
         _open(path, resume=True)
     assert np.isfinite(got["ts_ratio_pass1"]["value"][1][0])
+
+
+def test_table_tests_the_seeded_all_equal_share_against_the_ratio_rule_by_base():
+    # mixture minus ratio per base: -10, -5, -10: mean -25/3, sd sqrt(25/3), t = -5, df 2
+    values = {"base_pass1": {"value": [1.0, 1.0, 2.0]}, "dapo_pass1": {"value": DAPO},
+              "ts_ratio_pass1": {"value": RATIO}, "ts_mixture_pass1": {"value": RATIO},
+              "dapo_all_equal_seeded": {"value": [[None, None], [None, None], [None, None]]},
+              "ts_ratio_all_equal_seeded": {"value": [[60.0], [70.0], [80.0]]},
+              "ts_mixture_all_equal_seeded": {"value": [[50.0], [65.0], [70.0]]}}
+    got = bases_table.build(values)
+    rows = {r[0]: r for r in got["table"]["rows"]}
+    half = 0.95 / math.sqrt(2 * 0.975 * 0.025) * math.sqrt(25 / 3) / math.sqrt(3)
+    p = _t2_p(5.0)
+    assert p < 0.05  # one comparison: Holm keeps it
+    assert rows["Thinking Seeds, `mixture`"][9] == (
+        f"{185 / 3:.1f} (**{-25 / 3:+.1f} ± {half:.1f} (p = {p:.2f}; Holm: yes)**)")
+    assert rows["Thinking Seeds (ratio 0.5, T 8)"][9] == "70.0" and rows["On-policy DAPO"][9] == "—"
+    assert got["figures"]["ts_mixture_seeded_equal_vs_ratio"][0] == f"{-25 / 3:+.1f} ± {half:.1f}"

@@ -68,11 +68,18 @@ def build(values: dict) -> dict:
     acc = bases_stats.family(accuracy_pairs(names, BASELINE, ref), data)
     base = [[x] if x is not None else [] for x in values["base_pass1"]["value"]]
     rl = bases_stats.family([(m, "__base__") for m in names], {**data, "__base__": base})
-    n_acc, n_rl = sum(math.isfinite(r["p"]) for r in acc.values()), len(rl)
+    seeded = {m: values[f"{m}_all_equal_seeded"]["value"] for m in names
+              if f"{m}_all_equal_seeded" in values
+              and any(x is not None for s in values[f"{m}_all_equal_seeded"]["value"] for x in s)}
+    eq_fam = (bases_stats.family([(m, REFERENCE) for m in seeded if m != REFERENCE], seeded)
+              if REFERENCE in seeded else {})
+    n_acc, n_rl, n_eq = (sum(math.isfinite(r["p"]) for r in fam.values())
+                         for fam in (acc, rl, eq_fam))
     cols = ["method", "bases × seeds", "held-out pass@1, mean over bases ± 95% (per base)",
             "SD between / within bases", f"vs DAPO, paired by base (Holm over {n_acc})",
             f"vs ratio rule, paired by base (Holm over {n_acc})", "bases above DAPO",
-            f"RL − base, paired by base (Holm over {n_rl})", "all-equal groups, %"]
+            f"RL − base, paired by base (Holm over {n_rl})", "all-equal groups, %",
+            f"all-equal seeded groups, % (vs ratio rule, paired by base; Holm over {n_eq})"]
     rows, figures = [], {}
     for i, m in enumerate(names):
         means = [x for x in bases_stats.base_means(data[m]) if x is not None]
@@ -94,13 +101,25 @@ def build(values: dict) -> dict:
             "—" if m == ref else _diff(vs_r),
             "—" if m == BASELINE or vs_d is None else f"{vs_d['above']} of {vs_d['n']}",
             _diff(rl.get((m, "__base__"))),
-            f"{np.mean(eq):.1f}" if eq else "—"]
+            f"{np.mean(eq):.1f}" if eq else "—", _seeded_cell(m, seeded, eq_fam)]
         rows.append(cells)
         for col, key in ((2, "mean"), (4, "vs_dapo"), (5, "vs_ratio"), (6, "above_dapo"),
                          (7, "over_base"), (3, "sd_split")):
             if cells[col] != "—":
                 figures[f"{m}_{key}"] = (_quote(cells[col]), i, col)
+        if "(" in cells[9]:
+            figures[f"{m}_seeded_equal_vs_ratio"] = (_quote(cells[9].split("(", 1)[1]), i, 9)
     return {"table": {"columns": cols, "rows": rows}, "figures": figures, "acc": acc, "rl": rl}
+
+
+def _seeded_cell(m: str, seeded: dict, fam: dict) -> str:
+    """Mean all-equal share of the seeded batches over the method's runs, and its difference to
+    the ratio rule's, paired by base."""
+    if m not in seeded:
+        return "—"
+    vals = [x for s in seeded[m] for x in s if x is not None]
+    r = fam.get((m, REFERENCE))
+    return f"{np.mean(vals):.1f}" + ("" if r is None or r["n"] == 0 else f" ({_diff(r)})")
 
 
 def _quote(cell: str) -> str:
