@@ -171,3 +171,20 @@ def test_table_tests_the_seeded_all_equal_share_against_the_ratio_rule_by_base()
         f"{185 / 3:.1f} (**{-25 / 3:+.1f} ± {half:.1f} (p = {p:.2f}; Holm: yes)**)")
     assert rows["Thinking Seeds (ratio 0.5, T 8)"][9] == "70.0" and rows["On-policy DAPO"][9] == "—"
     assert got["figures"]["ts_mixture_seeded_equal_vs_ratio"][0] == f"{-25 / 3:+.1f} ± {half:.1f}"
+
+
+def test_series_design_and_its_plan():
+    from tseeds_jax.demo import plan, series
+
+    hard = series.config("hard", 5, "runs/x")
+    assert hard.task_name == "hard" and hard.bases == (0, 1, 2, 3, 4) and hard.seeds == (0,)
+    assert set(hard.methods) == {"dapo", "ts_ratio", "ts_mixture", "ts_mixture_spread",
+                                 "prefixrl", "questa", "fr3e", "cure"}
+    runs = plan.order(list(hard.methods), hard.bases, hard.seeds, dict(hard.method_seeds))
+    assert len(runs) == 5 * 8 + 5 * 2  # DAPO and the ratio rule: 2 seeds per base
+    assert runs[:10] == [(m, b, 0) for b in range(5) for m in ("dapo", "ts_ratio")]
+    default = series.config("default", 5, "runs/x")
+    assert default.methods == ("dapo", "ts_ratio", "ts_mixture", "ts_mixture_spread")
+    assert default.method_seeds == () and default.out == os.path.join("runs/x", "default")
+    with pytest.raises(ValueError, match="task 'nope'"):
+        series.config("nope", 5, "x")
