@@ -65,7 +65,12 @@ def fmt_value(entry: dict[str, Any]) -> str:
 
 def provenance(rec: dict[str, Any]) -> str:
     m = rec.get("machine") or {}
-    where = ", ".join(str(x) for x in (m.get("cpu"), f"{m['cores']} cores" if m.get("cores")
+    # the CPU as the record names it, with the flags that change XLA's CPU code: a figure is
+    # of that machine, never of "this machine" (the reader's)
+    cpu = m.get("cpu")
+    if cpu and m.get("flags"):
+        cpu = f"{cpu} ({'/'.join(m['flags'])})"
+    where = ", ".join(str(x) for x in (cpu, f"{m['cores']} cores" if m.get("cores")
                                        else None) if x)
     load = m.get("load_avg") or m.get("load_avg_start")
     parts = [f"*{rec['kind']}*", f"`{rec['command']}`", rec["date"],
