@@ -29,9 +29,11 @@ def test_demo_quick_writes_report_and_checkpoints_evaluate(tmp_path, capsys):
 
     rec = results_record.load(os.path.join(out, "demo_record.json"))
     assert rec["kind"] == "measured" and rec["command"].startswith("tseeds demo --quick")
-    assert rec["values"]["wall_s"]["value"] > 0 and len(rec["machine"]["load_avg_start"]) == 3
-    assert rec["values"]["base_pass1"]["value"] == round(100 * base["avg_at_n"], 1)
-    assert len(rec["values"]["dapo_pass1_per_seed"]["value"]) == 1
+    assert rec["values"]["wall_s"]["value"] > 0 and len(rec["values"]["load_avg"]["value"]
+                                                        ["start"]) == 3
+    assert rec["values"]["base_pass1"]["value"] == [round(100 * base["avg_at_n"], 2)]
+    dapo = json.load(open(os.path.join(out, "runs", "dapo", "seed0", "eval.json")))
+    assert rec["values"]["dapo_pass1"]["value"] == [[round(100 * dapo["avg_at_n"], 2)]]
     # a quick run is not the recorded 100-step experiment: no "with more seeds" comparison
     assert json.load(open(os.path.join(out, "demo.json")))["reference"] is None
     res = str(tmp_path / "eval.json")
@@ -40,6 +42,19 @@ def test_demo_quick_writes_report_and_checkpoints_evaluate(tmp_path, capsys):
                      "--out", res]) == 0
     got = json.load(open(res))
     assert set(got) >= {"single", "relay"} and got["single"]["num_problems"] == 4
+    # a second base, resumed from the record: base 0's runs are kept without warming it again
+    capsys.readouterr()
+    assert cli.main(["demo", "--quick", "--out", out, "--bases", "2", "--methods",
+                     "dapo,ts_ratio", "--resume"]) == 0
+    log = capsys.readouterr()
+    assert "base 0 seed 0: kept from the record" in log.out + log.err
+    assert "base 0: sampled" not in log.out + log.err and "base 1: sampled" in log.out + log.err
+    rec2 = results_record.load(os.path.join(out, "demo_record.json"))
+    assert rec2["values"]["dapo_pass1"]["value"][0] == rec["values"]["dapo_pass1"]["value"][0]
+    assert len(rec2["values"]["dapo_pass1"]["value"][1]) == 1
+    assert os.path.exists(os.path.join(out, "runs", "ts_ratio", "base1", "seed0", "eval.json"))
+    text = open(os.path.join(out, "report.md")).read()
+    assert "Across the 2 base policies" in text and "- base 1: sampled" in text
 
 
 def test_demo_rejects_unknown_methods(capsys):
@@ -90,3 +105,26 @@ def test_demo_resume_keeps_only_runs_with_the_same_identity(tmp_path):
     assert _finished(str(run_dir), run_identity(dataclasses.replace(dc, seeds=(0, 1, 2, 3, 4),
                                                                     methods=("dapo",)),
                                                 dapo, 0.28125)) == {"avg_at_n": 0.5}
+    # another base is another run, also with the same pass@1
+    assert _finished(str(run_dir), run_identity(dc, dapo, 0.28125, base=1)) is None
+
+
+def test_demo_options_for_bases_and_per_method_seeds(capsys):
+    from tseeds_jax.demo.cli import _parser, configure
+
+    dc, err = configure(_parser().parse_args(["--bases", "5", "--seeds", "1", "--method-seeds",
+                                              "dapo=2,ts_ratio=2", "--task", "hard"]))
+    assert err is None and dc.bases == (0, 1, 2, 3, 4) and dc.seeds == (0,)
+    assert dc.method_seeds == (("dapo", 2), ("ts_ratio", 2)) and dc.task_name == "hard"
+    dc, _ = configure(_parser().parse_args([]))
+    assert dc.bases == (0, 1, 2) and dc.seeds == (0,)  # the default: 3 bases x 1 seed
+    dc, _ = configure(_parser().parse_args(["--quick"]))
+    assert dc.bases == (0,) and dc.seeds == (0,)
+    for argv, says in ((["--bases", "0"], "--bases=0 must be >= 1"),
+                       (["--method-seeds", "cure=2"], "'cure=2' is not METHOD=COUNT"),
+                       (["--method-seeds", "dapo=x"], "'dapo=x'")):
+        assert cli.main(["demo", "--out", "/nonexistent"] + argv) == 2
+        assert says in capsys.readouterr().err, argv
+    from tseeds_jax.demo import cli as demo_cli
+
+    assert "--bases" in demo_cli._parser().format_help()

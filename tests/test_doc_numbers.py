@@ -303,3 +303,49 @@ def test_the_readmes_sampler_speeds_before_the_remeasurement_are_caught():
            "(1.63-1.69x HF)")  # README.md before the 2026-12-03 run
     hits = results_render.stale_hits(old, records, "README.md")
     assert len(hits) == 2 and all("sampler_speed" in h for h in hits), hits
+
+
+def test_a_quoted_result_below_a_table_that_differs_from_its_record_is_caught(tmp_path):
+    """Issue 46: "+14.9" changed to "+24.9" in docs/demo_results.md's prose passed the check;
+    a difference, interval or p-value quoted below a rendered table must be its record's."""
+    shutil.copytree(RESULTS, tmp_path / "docs" / "results")
+    shutil.copy(os.path.join(ROOT, "README.md"), tmp_path / "README.md")
+    for doc in os.listdir(os.path.join(ROOT, "docs")):
+        if doc.endswith(".md"):
+            shutil.copy(os.path.join(ROOT, "docs", doc), tmp_path / "docs" / doc)
+    assert results_render.check(str(tmp_path)) == []
+    path = tmp_path / "docs" / "demo_results.md"
+    text = path.read_text()
+    assert "(ratio +14.9," in text
+    path.write_text(text.replace("(ratio +14.9,", "(ratio +24.9,"))
+    problems = results_render.check(str(tmp_path))
+    assert any("below table:demo_hard_peers" in p and "+24.9" in p for p in problems), problems
+    # a synthetic table: the sign, both ends of an interval and a p-value are checked
+    rec = results_record.load(os.path.join(RESULTS, "demo_hard_peers.json"))
+    table = (f"<!-- BEGIN table:demo_hard_peers -->\n{results_render.render_table(rec)}"
+             "<!-- END table:demo_hard_peers -->\n")
+    path.write_text("")
+    for prose, bad in (("ratio +14.9 ± 3.8 (p=0.00), QuestA p = 0.02; p < 0.05 is the level",
+                        None),
+                       ("ratio -14.9 over DAPO", "-14.9"), ("ratio +14.9 ± 4.8", "4.8"),
+                       ("QuestA p = 0.03", "0.03"),
+                       ("## Next\nratio +24.9 in another section", None)):
+        (tmp_path / "README.md").write_text(table + prose + "\n")
+        problems = results_render.check(str(tmp_path))
+        assert (problems == []) if bad is None else any(bad in p for p in problems), (prose,
+                                                                                    problems)
+
+
+def test_no_record_command_holds_an_absolute_path_and_new_ones_are_made_portable():
+    """Issue 46: a record's command names no absolute path of the machine it ran on."""
+    bad = re.compile(r"(?<![\w.~:/-])/[\w.+@-]+")
+    for name, rec in results_record.load_all(RESULTS).items():
+        assert not bad.search(rec["command"]), (name, rec["command"])
+    cmd = ("tseeds demo --out /tmp/x --record /repo/docs/results/a.json; /usr/bin/time -v y "
+           "--a=/repo/runs/q,b http://x.org/a")
+    assert results_record.portable_command(cmd, "/repo") == (
+        "tseeds demo --out x --record docs/results/a.json; time -v y --a=runs/q,b "
+        "http://x.org/a")
+    rec = results_record.make("x", "what", "measured", "tseeds demo --out /tmp/run1",
+                              backend="cpu")
+    assert rec["command"] == "tseeds demo --out run1"

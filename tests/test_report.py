@@ -9,11 +9,12 @@ from tseeds_jax.eval.report import SECTIONS, write_report
 from tseeds_jax.eval.rundata import t_interval, welch
 
 
-def _run(root, method, label, seed, acc, steps=8):
-    d = os.path.join(root, "runs", method, f"seed{seed}")
+def _run(root, method, label, seed, acc, steps=8, base=None):
+    d = os.path.join(root, "runs", method, *([f"base{base}"] if base else []), f"seed{seed}")
     os.makedirs(d)
     with open(os.path.join(d, "method.json"), "w") as f:
-        json.dump({"method": method, "label": label, "seed": seed}, f)
+        json.dump({"method": method, "label": label, "seed": seed,
+                   **({} if base is None else {"base": base})}, f)
     rng = np.random.default_rng(seed)
     with open(os.path.join(d, "metrics.jsonl"), "w") as f:
         for s in range(steps):
@@ -181,7 +182,7 @@ def test_report_of_the_default_three_seeds_warns_that_a_difference_did_not_hold_
     that mixture_spread's p = 0.03 lead over DAPO did not hold with 5 seeds."""
     from scipy import stats
 
-    from tseeds_jax.demo.reference import RECORDED, for_run
+    from tseeds_jax.demo.reference import MACHINE, RECORDED, for_run
 
     root = str(tmp_path)
     pass1 = RECORDED["default"]["pass1"]
@@ -191,7 +192,7 @@ def test_report_of_the_default_three_seeds_warns_that_a_difference_did_not_hold_
             _run(root, m, m.upper(), seed, v / 100)
     with open(os.path.join(root, "demo.json"), "w") as f:
         json.dump({"methods": methods, "baseline": "dapo",
-                   "reference": for_run("default", methods, 100)}, f)
+                   "reference": for_run("default", methods, 100, machine=MACHINE)}, f)
     text = open(write_report(root)).read()
     p3 = stats.ttest_ind(pass1["ts_mixture_spread"][:3], pass1["dapo"][:3],
                          equal_var=False).pvalue
@@ -204,3 +205,56 @@ def test_report_of_the_default_three_seeds_warns_that_a_difference_did_not_hold_
     warn = next(x for x in text.splitlines() if x.startswith("- TS_MIXTURE_SPREAD vs DAPO:")
                 and "did not hold" in x)
     assert "with 5 seeds +1.3" in warn and "**it did not hold at 5 seeds**" in warn
+
+
+def test_a_recorded_difference_held_only_where_holm_keeps_it_in_the_recorded_family(tmp_path):
+    """Hard task, 3 seeds where the ratio rule and `mixture` beat DAPO at p < 0.05; in the
+    recorded 5 seeds (base 0, same CPU) ratio vs DAPO has p = 0.02 but Holm over the 7 recorded
+    comparisons does not keep it, mixture vs DAPO (p = 0.002) it keeps."""
+    from tseeds_jax.demo.reference import MACHINE, for_run
+
+    root = str(tmp_path)
+    methods = ["dapo", "ts_ratio", "ts_mixture"]
+    for m, vals in (("dapo", (0.060, 0.061, 0.059)), ("ts_ratio", (0.100, 0.101, 0.099)),
+                    ("ts_mixture", (0.110, 0.111, 0.109))):
+        for seed, v in enumerate(vals):
+            _run(root, m, m.upper(), seed, v)
+    with open(os.path.join(root, "demo.json"), "w") as f:
+        json.dump({"methods": methods, "baseline": "dapo",
+                   "reference": for_run("hard", methods, 100, machine=MACHINE)}, f)
+    text = open(write_report(root)).read()
+    assert "AMD EPYC with avx/avx2/fma/avx512f/avx512_bf16/avx512_vnni" in text
+    lines = text.splitlines()
+    ratio = next(x for x in lines if x.startswith("- TS_RATIO vs DAPO:") and "seeds +" in x)
+    mix = next(x for x in lines if x.startswith("- TS_MIXTURE vs DAPO:") and "seeds +" in x)
+    assert "(p=0.02; Holm: no)" in ratio and "**it did not hold at 5 seeds**" in ratio
+    assert "(p=0.00; Holm: yes)" in mix and mix.endswith("it held.")
+
+
+def test_report_over_bases_pairs_within_a_base_and_tests_across_bases(tmp_path):
+    """Three bases, one seed each: DAPO 20/30/40%, the ratio rule 40/40/70% -> differences 20,
+    10, 30 points: mean 20, sd 10, t = 2 sqrt(3) with 2 degrees of freedom (closed forms)."""
+    import math
+
+    root = str(tmp_path)
+    for b, (d, r) in enumerate(((0.2, 0.4), (0.3, 0.4), (0.4, 0.7))):
+        _run(root, "dapo", "DAPO", 0, d, base=b)
+        _run(root, "ts_ratio", "RATIO", 0, r, base=b)
+        bdir = os.path.join(root, "base" if b == 0 else f"base{b}")
+        os.makedirs(bdir)
+        with open(os.path.join(bdir, "eval.json"), "w") as f:
+            json.dump({"n": 4, "avg_at_n": 0.1, "mean_length": 20.0, "num_problems": 10,
+                       "pass_at_k": {"1": 0.1}, "correct": [0] * 10}, f)
+    with open(os.path.join(root, "demo.json"), "w") as f:
+        json.dump({"methods": ["dapo", "ts_ratio"], "baseline": "dapo"}, f)
+    text = open(write_report(root)).read()
+    half = 0.95 / math.sqrt(2 * 0.975 * 0.025) * 10 / math.sqrt(3)
+    p = 2 * (0.5 - 2 * math.sqrt(3) / (2 * math.sqrt(12 + 2)))
+    row = next(x for x in text.splitlines() if x.startswith("| Thinking Seeds (ratio"))
+    assert f"+20.0 ± {half:.1f} (p = {p:.2f}; Holm: no)" in row and "| 3 of 3 |" in row
+    assert "- base 2: sampled avg@4 (pass@1) **10.0**" in text
+    assert os.path.exists(os.path.join(root, "plots", "per_base.png"))
+    verdict = next(x for x in text.splitlines() if x.startswith("- RATIO vs DAPO:"))
+    assert "across 3 bases" in verdict and "**not shown across bases**" in verdict
+    # runs of three bases are not pooled as seeds of one experiment
+    assert "Comparison: each method" not in text

@@ -90,18 +90,21 @@ def test_accuracy_family_has_each_pair_once():
 
 def test_a_three_seed_difference_is_checked_against_the_recorded_five_seeds():
     # the default demo's 3 seeds, where mixture_spread beat DAPO at p = 0.03 (docs/demo_results.md)
-    from tseeds_jax.demo.reference import RECORDED, for_run
+    from tseeds_jax.demo.reference import MACHINE, RECORDED, for_run
 
     rec = RECORDED["default"]["pass1"]
     methods = {m: [_run(m, m.upper(), k, v / 100, 0.3) for k, v in enumerate(rec[m][:3])]
                for m in ("dapo", "ts_ratio", "ts_mixture", "ts_mixture_spread")}
-    recorded = for_run("default", list(methods), 100)
+    recorded = for_run("default", list(methods), 100, machine=MACHINE)
     assert set(recorded["pass1"]) == set(methods)
     lines = seed_report.comparison(methods, "dapo", recorded=recorded)
     p3 = stats.ttest_ind(rec["ts_mixture_spread"][:3], rec["dapo"][:3], equal_var=False).pvalue
     p5 = stats.ttest_ind(rec["ts_mixture_spread"], rec["dapo"], equal_var=False).pvalue
     assert p3 < 0.05 < p5  # the 3-seed difference and the 5 seeds where it did not hold
     warn = next(x for x in lines if x.startswith("- TS_MIXTURE_SPREAD vs DAPO"))
-    assert f"(p={p3:.2f}, 3 seeds)" in warn and f"(p={p5:.2f})" in warn
+    assert f"(p={p3:.2f}, 3 seeds)" in warn and f"(p={p5:.2f}; Holm: no)" in warn
     assert "did not hold at 5 seeds" in warn
-    assert for_run("default", list(methods), 8) is None  # a --quick run is another experiment
+    assert for_run("default", list(methods), 8, machine=MACHINE) is None  # --quick: another one
+    # another CPU warms another base, and a run over several bases is another design
+    assert for_run("default", list(methods), 100, machine={**MACHINE, "cpu": "Intel"}) is None
+    assert for_run("default", list(methods), 100, machine=MACHINE, bases=(0, 1, 2)) is None

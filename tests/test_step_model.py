@@ -61,13 +61,20 @@ def test_async_steady_hand_computed():
 
 def test_estimate_speedup_hand_computed():
     # 4 slots, lengths 1, 2, 3, 6, 1 s per decode step, update 1 s, no prefill / sync:
-    # sync 6 + 1 = 7 s, async 12 / 4 = 3 steps + 1 = 4 s, same 12 tokens: 7 / 4 = 1.75x.
+    # sync 6 + 1 = 7 s; without the staleness bound 12 / 4 = 3 steps + 1 = 4 s, same 12 tokens:
+    # 7 / 4 = 1.75x.
     cost = sm.DecodeCost(slots=4, fixed_s=1.0, kv_s_per_token=0.0)
     e = sm.estimate([1, 2, 3, 6], cost, prompt_len=0, update_s=1.0, chips=2)
     assert e["sync"]["step_s"] == pytest.approx(7.0)
-    assert e["async"]["step_s"] == pytest.approx(4.0)
-    assert e["speedup"] == pytest.approx(1.75)
+    assert e["async_unbounded"]["step_s"] == pytest.approx(4.0)
+    assert e["speedup_unbounded"] == pytest.approx(1.75)
     assert e["sync"]["tokens_per_s_per_chip"] == pytest.approx(12 / 7 / 2)
+    # the headline is the runtime's rule with C = the unbounded model's 3 decode steps
+    from tseeds_jax.scale.step_runtime import async_runtime
+
+    rt = async_runtime([1, 2, 3, 6], cost, 0, group_size=1, chunk=3, max_staleness=1)
+    assert e["async"]["step_s"] == pytest.approx(rt["decode_s"] + 1.0)
+    assert e["speedup"] == pytest.approx(7.0 / (rt["decode_s"] + 1.0) * rt["tokens"] / 12)
 
 
 def test_every_response_at_the_cap_gains_nothing():
@@ -98,7 +105,8 @@ def test_version_lags_hand_computed():
     assert tok1 == pytest.approx([0.0, 3 / 8, 4 / 8, 1 / 8])
     e = sm.estimate([4, 4], sm.DecodeCost(1, 1.0, 0.0), prompt_len=0, update_s=0.0, chips=1,
                     budget_tokens=2.0, max_staleness=1)
-    assert e["async"]["responses_over_staleness"] == pytest.approx(0.5)
+    assert e["async_unbounded"]["responses_over_staleness"] == pytest.approx(0.5)
+    assert e["async"]["oldest_token_age"] <= 1  # the runtime's rule never trains older ones
 
 
 def test_lognormal_lengths_follow_the_formula():
@@ -170,7 +178,8 @@ def test_plan_cli_prints_sync_and_async(tmp_path, capsys):
 
     est = json.loads(capsys.readouterr().out)["step_model"]
     assert est["length_distribution"]["spec"] == ld.DEFAULT.replace("1.0", "1")
-    assert est["sync"]["occupancy"] < 1.0 and est["async"]["occupancy"] == 1.0
+    assert est["sync"]["occupancy"] < 1.0 and est["async_unbounded"]["occupancy"] == 1.0
+    assert est["async"]["oldest_token_age"] <= est["async"]["max_staleness"]
 
 
 def _inputs(**kw):
@@ -267,8 +276,64 @@ def test_plan_cli_staleness_comes_from_the_config_unless_the_flag_is_given(tmp_p
     for extra in ([], ["--config.stale.max_staleness=3"],
                   ["--config.stale.max_staleness=3", "--max-staleness=0"]):
         assert plan_cli.main(base + extra) == 0
-        got[len(extra)] = json.loads(capsys.readouterr().out)["step_model"]["async"]
+        got[len(extra)] = json.loads(capsys.readouterr().out)["step_model"]["async_unbounded"]
     assert [got[n]["max_staleness"] for n in (0, 1, 2)] == [1, 3, 0]  # 1: the config's default
     lag = got[0]["response_oldest_lag_share"]
     assert got[2]["responses_over_staleness"] == pytest.approx(sum(lag[1:]))
     assert got[1]["responses_over_staleness"] == pytest.approx(sum(lag[4:]))
+
+
+def _rt(lengths, slots, **kw):
+    from tseeds_jax.scale.step_runtime import async_runtime
+
+    cost = sm.DecodeCost(slots=slots, fixed_s=1.0, kv_s_per_token=0.0)
+    args = dict(group_size=1, chunk=2, max_staleness=1, steps=12, warmup=4)
+    return async_runtime(lengths, cost, 0, **{**args, **kw})
+
+
+def test_runtime_rule_forces_due_responses_hand_computed():
+    """Two groups of one 5-token response per step, C 2, s 1, 4 slots, 1 s a decode step.
+    By hand, from step 2 on: the previous step's groups are due with 3 (or 2) tokens left and
+    run to their end; the new ones decode beside them until the due ones end (interrupt), so
+    they have 3 (or 2) tokens when due next step: calls of 2 and 3 decode steps alternate, every
+    slot busy, every trained response forced, no token older than 1 version."""
+    r = _rt([5, 5], 4)
+    assert r["decode_steps"] == pytest.approx(2.5) and r["decode_s"] == pytest.approx(2.5)
+    assert r["tokens"] == pytest.approx(10) and r["occupancy"] == pytest.approx(1.0)
+    assert r["forced_share"] == 1.0 and r["forced_due_share"] == 1.0
+    assert r["forced_batch_share"] == 0.0 and r["shortest_forced"] == 5
+    assert r["oldest_token_age"] == 1 and r["calls_per_step"] == 1.0
+    # without interrupt the new responses stop at C = 2 while the due ones finish their 3:
+    # 3 steps a call, 10 tokens in 12 slot-steps
+    r = _rt([5, 5], 4, interrupt=False)
+    assert r["decode_steps"] == pytest.approx(3.0)
+    assert r["occupancy"] == pytest.approx(10 / 12)
+    # 2 slots: the due responses take both slots first (pool order), the new ones never start
+    # before the call ends, so each is due with all 5 tokens left: 5 steps, the synchronous
+    # call's length (the rule takes the whole gain)
+    r = _rt([5, 5], 2)
+    assert r["decode_steps"] == pytest.approx(5.0) and r["oldest_token_age"] == 0
+    assert sm.sync_call([5, 5], sm.DecodeCost(2, 1.0, 0.0), 0)["decode_steps"] == 5
+
+
+def test_runtime_rule_batch_rule_and_bad_input():
+    # counted from step 0: the first step admits 2 B groups and none is due, so the batch rule
+    # forces the oldest B to finish (2 of the 8 trained responses over steps 0-3)
+    r = _rt([5, 5], 4, steps=4, warmup=0)
+    assert r["forced_batch_share"] == pytest.approx(2 / 8)
+    with pytest.raises(ValueError, match="are not groups of group_size=4"):
+        _rt([5, 5, 5], 4, group_size=4)
+    with pytest.raises(ValueError, match="chunk=0: must be >= 1"):
+        _rt([5, 5], 4, chunk=0)
+
+
+def test_segment_seconds_match_the_step_by_step_sum():
+    from tseeds_jax.scale.step_runtime import _segment_s
+
+    rng = np.random.default_rng(0)
+    for _ in range(50):
+        cost = sm.DecodeCost(slots=8, fixed_s=rng.uniform(0, 1), kv_s_per_token=rng.uniform(0, 0.1),
+                             flops_s=rng.uniform(0, 3), ici_s=rng.uniform(0, 0.1))
+        kv0, live, steps = rng.uniform(0, 50), int(rng.integers(0, 8)), int(rng.integers(0, 40))
+        ref = sum(cost.step_s(kv0 + live * t) for t in range(steps))
+        assert _segment_s(cost, kv0, live, steps) == pytest.approx(ref, rel=1e-9, abs=1e-12)

@@ -79,14 +79,32 @@ def git_commit(path: str | None = None) -> str | None:
     return head.stdout.strip() + ("+dirty" if dirty else "")
 
 
+_ABS_PATH = re.compile(r"(?<![\w.~:/-])/[\w.+@-]+(?:/[\w.+@-]*)*")
+
+
+def portable_command(command: str, cwd: str | None = None) -> str:
+    """`command` without absolute paths of the machine it ran on: a path under `cwd` (default
+    the working folder) becomes relative to it, any other absolute path its last component."""
+    here = os.path.abspath(cwd or os.getcwd())
+
+    def fix(m):
+        path = m[0].rstrip("/") or "/"
+        if path == here or path.startswith(here + os.sep):
+            return os.path.relpath(path, here)
+        return os.path.basename(path) or "."
+
+    return _ABS_PATH.sub(fix, command)
+
+
 def make(name: str, what: str, kind: str, command: str, *, backend: str,
          values: dict[str, dict[str, Any]] | None = None, table: dict[str, list] | None = None,
          note: str = "", date: str | None = None, commit: str | None = None,
          machine_info: dict[str, Any] | None = None, transcribed: bool = False,
          source: str | None = None, stale: dict[str, list[str]] | None = None) -> dict[str, Any]:
-    """A record for a figure produced now (date, commit and machine filled in unless given)."""
+    """A record for a figure produced now (date, commit and machine filled in unless given);
+    the command's absolute paths are made portable (`portable_command`)."""
     rec: dict[str, Any] = {
-        "name": name, "what": what, "kind": kind, "command": command,
+        "name": name, "what": what, "kind": kind, "command": portable_command(command),
         "date": date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "commit": commit if commit is not None or transcribed else git_commit(),
         "machine": machine_info if machine_info is not None else machine(),

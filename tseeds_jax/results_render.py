@@ -14,6 +14,10 @@ A value may name the table cell it was read from (`"from": "RECORD:ROW:COL"`, 0-
 table's rows and columns): `check` reports it when its printed form is not part of that cell, so
 a figure that prose quotes from a table cannot drift from the table's record.
 
+Results quoted in the text right after a rendered table (its commentary, up to the next heading
+or table: differences, intervals, p-values) must be numbers of that table's record
+(`quote_mismatches`); a figure from another record goes in a fig marker.
+
 A record's `stale` field lists the printed forms that an older figure had (e.g. the 7B decode
 bound before the decode layout): `check` reports any of them found in a document outside the
 record's own table. Records are read with `tseeds_jax.results_record.load` (JAX-free).
@@ -61,7 +65,12 @@ def fmt_value(entry: dict[str, Any]) -> str:
 
 def provenance(rec: dict[str, Any]) -> str:
     m = rec.get("machine") or {}
-    where = ", ".join(str(x) for x in (m.get("cpu"), f"{m['cores']} cores" if m.get("cores")
+    # the CPU as the record names it, with the flags that change XLA's CPU code: a figure is
+    # of that machine, never of "this machine" (the reader's)
+    cpu = m.get("cpu")
+    if cpu and m.get("flags"):
+        cpu = f"{cpu} ({'/'.join(m['flags'])})"
+    where = ", ".join(str(x) for x in (cpu, f"{m['cores']} cores" if m.get("cores")
                                        else None) if x)
     load = m.get("load_avg") or m.get("load_avg_start")
     parts = [f"*{rec['kind']}*", f"`{rec['command']}`", rec["date"],
@@ -120,6 +129,75 @@ def stale_hits(text: str, records: dict[str, dict[str, Any]], doc: str) -> list[
     return out
 
 
+_NUMBER = re.compile(r"(?<![\w.,\d])([+−-]?)(\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+\.\d+)(?![\d])")
+_UNQUOTED = re.compile(r"<!-- fig:.*?<!-- /fig -->|`[^`\n]*`|<!--.*?-->|\]\([^)]*\)", re.S)
+_HEADING = re.compile(r"^#", re.M)
+
+
+_INTERVAL = r"[+−-]?\d[\d,]*\.\d+\s*±\s*\d[\d,]*\.\d+"
+_QUOTED = re.compile(rf"(?<![\w.,\d]){_INTERVAL}|(?<![\w.,\d])[+−-]\d[\d,]*\.\d+"
+                     r"|\bp\s*[=<]\s*\d*\.\d+")
+_ALPHA = re.compile(r"p\s*<\s*0\.05")  # the test's level, not a result
+
+
+def _numbers(text: str) -> list[tuple[str, str]]:
+    """(sign, digits) of every decimal number (or number with thousands commas) in `text`,
+    outside figure markers, inline code, comments and link targets; "−" read as "-"."""
+    text = _UNQUOTED.sub(" ", text)
+    return [(m[1].replace("−", "-"), m[2]) for m in _NUMBER.finditer(text)]
+
+
+def _norm(text: str) -> str:
+    return re.sub(r"\s+", " ", text.replace("−", "-"))
+
+
+def _holds(quote: str, corpus: str, have: set[tuple[str, str]]) -> bool:
+    """Whether the record text `corpus` (normalized; its numbers `have`) holds `quote`: an
+    interval as the same pair (a sign where the quote gives one), else the number with its
+    sign (an unsigned quote matches either sign, "+x" also an unsigned x)."""
+    quote = _norm(quote)
+    if "±" in quote:
+        sign, a, b = re.fullmatch(r"([+-]?)(\S+) ± (\S+)", quote).groups()
+        lead = {"-": "-", "+": r"\+?", "": "[+-]?"}[sign]
+        return re.search(rf"(?<![\d.,+-]){lead}{re.escape(a)} ± {re.escape(b)}(?![\d])",
+                         corpus) is not None
+    sign, digits = _numbers(quote.replace("p", " "))[0]
+    return ((sign, digits) in have or (sign == "+" and ("", digits) in have)
+            or (sign == "" and any((s, digits) in have for s in ("+", "-", ""))))
+
+
+def _quoted(text: str) -> list[str]:
+    """The parts of `text` that quote a result: signed differences (+2.6, −9.8), intervals
+    (10.0 ± 1.2) and p-values (p = 0.02, p < 0.01)."""
+    text = _UNQUOTED.sub(" ", text)
+    return [m[0] for m in _QUOTED.finditer(text) if not _ALPHA.fullmatch(m[0])]
+
+
+def quote_mismatches(text: str, records: dict[str, dict[str, Any]], doc: str) -> list[str]:
+    """Results that the commentary of a rendered table (the text after its END marker, up to
+    the next heading or table) quotes (`_quoted`: differences, intervals, p-values) and its
+    record does not hold (`_holds`; a figure from elsewhere goes in a fig marker). So an edited
+    "+14.9" below a table whose record says +14.9 is caught."""
+    out = []
+    for m in _TABLE.finditer(text):
+        rec = records.get(m["name"])
+        if rec is None or "table" not in rec:
+            continue
+        rest = text[m.end():]
+        stop = min([x.start() for x in (_HEADING.search(rest), re.search(r"<!-- BEGIN table:",
+                                                                        rest)) if x]
+                   + [len(rest)])
+        corpus = " ".join(str(c) for row in rec["table"]["rows"] for c in row)
+        corpus = _norm(corpus + " " + " ".join(fmt_value(v) for v in
+                                               (rec.get("values") or {}).values()))
+        have = set(_numbers(corpus))
+        for quote in _quoted(rest[:stop]):
+            if not _holds(quote, corpus, have):
+                out.append(f"{doc}: below table:{m['name']}, the text quotes {quote!r}, which "
+                           f"record {m['name']} does not hold")
+    return out
+
+
 def cell_mismatches(records: dict[str, dict[str, Any]]) -> list[str]:
     """Values whose `from` cell (RECORD:ROW:COL) does not contain their printed form."""
     out = []
@@ -151,7 +229,7 @@ def check(root: str = ROOT) -> list[str]:
         with open(os.path.join(root, doc)) as f:
             text = f.read()
         new, bad = render(text, records, doc)
-        problems += bad + stale_hits(text, records, doc)
+        problems += bad + stale_hits(text, records, doc) + quote_mismatches(text, records, doc)
         if new != text:
             old_lines, new_lines = text.splitlines(), new.splitlines()
             first = next((i for i, (a, b) in enumerate(zip(old_lines, new_lines)) if a != b),

@@ -1,13 +1,14 @@
-"""The demo experiment: tokenizer, warm-started base policy, RL methods x training seeds, evaluation.
+"""The demo experiment: tokenizer, warm-started base policies, RL methods x bases x training
+seeds, evaluation (the phases run in `tseeds_jax.demo.run`).
 
-Output folder layout (read by `tseeds_jax.eval.report`):
+Output folder layout (read by `tseeds_jax.eval.report`; base b > 0: `plan.base_dir`/`run_dir`):
   DIR/tokenizer.model             character sentencepiece model
-  DIR/base/                       base policy checkpoint (a run folder `tseeds eval` can load),
+  DIR/base/                       base policy 0: checkpoint (a run folder `tseeds eval` can load),
                                   eval.json (sampled), eval_greedy.json
-  DIR/runs/<method>/seed<k>/      one RL run: method.json, metrics.jsonl, eval_curve.json,
-                                  eval.json, ckpt/
-  DIR/relay.json                  relay (base -> final on-policy) vs single-model pass@k
-  DIR/demo.json                   command, setup, method order, timings
+  DIR/runs/<method>/seed<k>/      one RL run from base 0: method.json, metrics.jsonl,
+                                  eval_curve.json, eval.json, ckpt/
+  DIR/relay.json                  relay (base 0 -> final on-policy) vs single-model pass@k
+  DIR/demo.json                   command, setup, design, method order, timings
 Everything runs in one process, so the sampler's and learner's compiled code is reused.
 """
 
@@ -23,8 +24,8 @@ import jax
 import numpy as np
 
 from tseeds_jax.data.compact_arith import CompactChainSum
-from tseeds_jax.demo import reference
-from tseeds_jax.demo.warmstart import SplitSource, WarmStartConfig, warm_start
+from tseeds_jax.demo import plan
+from tseeds_jax.demo.warmstart import SplitSource, WarmStartConfig
 from tseeds_jax.eval.evaluate import EvalResult, Problem, evaluate, reward_score_fn
 from tseeds_jax.eval.problems import EVAL_SPLIT_SEED, held_out_problems
 from tseeds_jax.eval.relay import relay_evaluate
@@ -93,11 +94,18 @@ class DemoConfig:
     group_size: int = 8
     lr: float = 1e-2
     train_layers: str = "head"
-    seeds: tuple[int, ...] = (0, 1, 2)
-    # Four methods x 3 seeds keep the default within 20 minutes on an idle 2-core machine (~19
-    # min from per-run times measured idle; 5 seeds, `--seeds 5`, ~29 min: docs/demo_results.md
-    # "Timing"); the first adaptive rule, the entropy rule and the mini-batched baseline run on
-    # request (`--methods`).
+    # Bases (warm starts, `plan.base_seeds`) x training seeds per base. The default spends its
+    # ~20 minutes on 3 bases x 1 training seed rather than 1 base x 3 seeds: the base policy is
+    # the larger source of variation between runs (docs/demo_results.md, "Findings across
+    # bases"), and a comparison over one base says nothing about another. Each base costs a
+    # warm start (~1 min idle), about one RL run.
+    bases: tuple[int, ...] = (0, 1, 2)
+    seeds: tuple[int, ...] = (0,)
+    # Per-method training-seed counts that differ from `seeds` (seeds 0..n-1), e.g. DAPO and the
+    # ratio rule at 2 per base so that their variance splits into between- and within-base parts.
+    method_seeds: tuple[tuple[str, int], ...] = ()
+    # The first adaptive rule, the entropy rule, the mini-batched baseline and the peer restart
+    # methods run on request (`--methods`).
     methods: tuple[str, ...] = ("dapo", "ts_ratio", "ts_mixture", "ts_mixture_spread")
     # The mini-batched baseline (4 updates per batch) gets every seed too: it is the fair
     # on-policy comparison for the seeded runs (report: "Against the fair on-policy baseline").
@@ -134,10 +142,11 @@ def with_task(dc: DemoConfig, name: str) -> DemoConfig:
 
 
 def quick_config(out: str) -> DemoConfig:
-    # One training seed per method: most of a quick run is per-run compilation (each RL run
-    # builds its own trainer), so the number of runs sets its length.
+    # One base and one training seed per method: most of a quick run is per-run compilation
+    # (each RL run builds its own trainer), so the number of runs sets its length.
     return DemoConfig(out=out, warm=WarmStartConfig(steps=150, batch_size=32, error_rate=0.15),
-                      rl_steps=8, seeds=(0,), eval_problems=32, eval_n=4, curve_problems=16,
+                      rl_steps=8, bases=(0,), seeds=(0,), eval_problems=32, eval_n=4,
+                      curve_problems=16,
                       curve_n=2, curve_points=2)
 
 
@@ -247,11 +256,11 @@ def train_tokenizer(dc: DemoConfig):
     return train_sentencepiece(texts, vocab_size=64, model_type="char", out=path), path
 
 
-def save_base(dc: DemoConfig, tok_path: str, params) -> str:
-    """Writes the base policy as a run folder (step-0 checkpoint with its config)."""
+def save_base(dc: DemoConfig, tok_path: str, params, base: int = 0) -> str:
+    """Writes base policy `base` as a run folder (step-0 checkpoint with its config)."""
     from tseeds_jax.rl.setup import make_trainer
 
-    run_dir = os.path.join(dc.out, "base")
+    run_dir = plan.base_dir(dc.out, base)
     cfg, cd = rl_config(dc, tok_path, run_dir, 0, default_methods()[0])
     trainer = make_trainer(cfg, config_json=json.loads(cd.to_json_best_effort()),
                            env_overrides={"params": jax.tree_util.tree_map(lambda x: x.copy(),
@@ -279,22 +288,27 @@ _IDENTITY_FIELDS = ("task", "hidden_size", "num_layers", "heads", "prompt_width"
                     "temperature")
 
 
-def run_identity(dc: DemoConfig, method: Method, base_avg: float) -> dict:
+def settings(dc: DemoConfig) -> dict:
+    """The settings every run of a demo shares (not its design: bases, seeds, methods)."""
+    return json.loads(json.dumps({k: getattr(dc, k) for k in _IDENTITY_FIELDS}, default=str))
+
+
+def run_identity(dc: DemoConfig, method: Method, base_avg: float, base: int = 0) -> dict:
     """What a run's result depends on besides its seed: a kept run must match it exactly."""
-    conf = {k: getattr(dc, k) for k in _IDENTITY_FIELDS}
-    return json.loads(json.dumps({"config": conf, "overrides": method.overrides,
-                                  "base_avg": base_avg}, default=str))
+    return json.loads(json.dumps({"config": settings(dc), "overrides": method.overrides,
+                                  "base": base, "base_avg": base_avg}, default=str))
 
 
 def run_one(dc: DemoConfig, tok_path: str, base_params, method: Method, seed: int,
-            evaluator: Evaluator, bar=None, identity: dict | None = None) -> dict[str, Any]:
-    """One RL run from the base policy; writes its folder and returns its final evaluation."""
+            evaluator: Evaluator, bar=None, identity: dict | None = None,
+            base: int = 0) -> dict[str, Any]:
+    """One RL run from base policy `base`; writes its folder and returns its final evaluation."""
     from tseeds_jax.rl.setup import PromptStream, make_trainer
 
-    run_dir = os.path.join(dc.out, "runs", method.name, f"seed{seed}")
+    run_dir = plan.run_dir(dc.out, method.name, base, seed)
     cfg, cd = rl_config(dc, tok_path, run_dir, seed, method)
     _write_json(os.path.join(run_dir, "method.json"),
-                {"method": method.name, "label": method.label, "seed": seed,
+                {"method": method.name, "label": method.label, "seed": seed, "base": base,
                  "overrides": method.overrides, "steps": cfg.steps, "identity": identity})
     if os.path.exists(os.path.join(run_dir, "metrics.jsonl")):
         os.remove(os.path.join(run_dir, "metrics.jsonl"))
@@ -312,7 +326,7 @@ def run_one(dc: DemoConfig, tok_path: str, base_params, method: Method, seed: in
 
     def record(step):
         res = evaluator.curve((graphdef, trainer.state.params), seed=1000 + step,
-                              cache_key="base" if step == 0 else None)
+                              cache_key=("base", base) if step == 0 else None)
         curve.append({"step": step, "generated_tokens": tokens[0], "avg": res.avg,
                       "correct": res.correct, "n": res.n})
 
@@ -336,112 +350,4 @@ def run_one(dc: DemoConfig, tok_path: str, base_params, method: Method, seed: in
     out["train_seconds"] = train_time
     _write_json(os.path.join(run_dir, "eval.json"), out)
     return {"final": final, "params": trainer.state.params, "graphdef": graphdef,
-            "train_seconds": train_time}
-
-
-def run_demo(dc: DemoConfig, *, command: str = "", log=print, resume: bool = False) -> dict[str, Any]:
-    """All phases; returns {"timings", "base", "results"} and writes DIR/demo.json.
-    `resume`: keep every run that finished before with the same identity (`run_identity`: same
-    settings, method and base policy, whose sampled pass@1 must match to the last digit)."""
-    from tqdm.auto import tqdm
-
-    from tseeds_jax.model import init_model
-
-    t_all = time.perf_counter()
-    timings: dict[str, float] = {}
-    os.makedirs(dc.out, exist_ok=True)
-    t0 = time.perf_counter()
-    tok, tok_path = train_tokenizer(dc)
-    mcfg = model_config(dc, tok.vocab_size)
-    model = init_model(mcfg, seed=0)
-    log(f"[demo] tokenizer: {tok.vocab_size} ids; model: {mcfg.num_params / 1e6:.2f}M params, "
-        f"{dc.num_layers} layers x {dc.hidden_size}")
-    train_src = SplitSource(CompactChainSum(seed=99, size=100000, config=dc.task_params),
-                            held_out=False)
-    with tqdm(total=dc.warm.steps, desc="warm start (SFT)", unit="step") as bar:
-        def warm_progress(done, total, loss):
-            bar.update(done - bar.n)
-            bar.set_postfix(loss=f"{loss:.3f}")
-
-        graphdef, base_params, winfo = warm_start(model, tok, train_src, dc.warm,
-                                                  prompt_width=dc.prompt_width,
-                                                  response_width=dc.response_width,
-                                                  progress=warm_progress)
-    timings["warm_start"] = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    evaluator = Evaluator(dc, tok)
-    base_model = (graphdef, base_params)
-    base_eval = evaluator.final(base_model, seed=7)
-    greedy = evaluator.final(base_model, temperature=0.0)
-    # The RL learner expects the trainer's params structure: reuse the split state directly.
-    base_dir = save_base(dc, tok_path, base_params)
-    _write_json(os.path.join(base_dir, "eval.json"), base_eval.to_json())
-    _write_json(os.path.join(base_dir, "eval_greedy.json"), greedy.to_json())
-    timings["base_eval"] = time.perf_counter() - t0
-    log(f"[demo] base policy: sampled pass@1 {100 * base_eval.avg:.1f}%, greedy "
-        f"{100 * greedy.avg:.1f}%, mean response {base_eval.mean_length:.1f} tokens "
-        f"(warm start {winfo['steps']} steps, {winfo['seconds']:.0f}s)")
-
-    unknown = sorted(set(dc.methods) - set(method_names()))
-    if unknown:
-        raise ValueError(f"DemoConfig.methods: unknown {unknown}; known: {method_names()}")
-    methods = [m for m in default_methods() if m.name in dc.methods]
-    # seed-major: a demo stopped early still compares every method on the same seeds
-    plan = [(m, s) for s in dc.seeds for m in methods
-            if not (m.name == "dapo_minibatch" and s not in dc.seeds[:dc.minibatch_seeds])]
-    results: dict[str, list[dict]] = {}
-    t0 = time.perf_counter()
-    first_dapo = None
-    with tqdm(total=len(plan) * dc.rl_steps, desc="RL runs", unit="step") as bar:
-        for method, seed in plan:
-            identity = run_identity(dc, method, base_eval.avg)
-            run_dir = os.path.join(dc.out, "runs", method.name, f"seed{seed}")
-            kept = _finished(run_dir, identity) if resume else None
-            if kept is not None:
-                results.setdefault(method.name, []).append({"seed": seed, "avg": kept["avg_at_n"]})
-                tqdm.write(f"[demo] {method.label} seed {seed}: kept (held-out pass@1 "
-                           f"{100 * kept['avg_at_n']:.1f}%)")
-                bar.update(dc.rl_steps)
-                continue
-            r = run_one(dc, tok_path, base_params, method, seed, evaluator, bar, identity)
-            results.setdefault(method.name, []).append({"seed": seed, "avg": r["final"].avg})
-            tqdm.write(f"[demo] {method.label} seed {seed}: held-out pass@1 "
-                       f"{100 * r['final'].avg:.1f}% ({r['train_seconds']:.0f}s)")
-            if method.name == "dapo" and first_dapo is None:
-                first_dapo = r
-    timings["rl"] = time.perf_counter() - t0
-
-    if first_dapo is not None:
-        t0 = time.perf_counter()
-        final_model = (first_dapo["graphdef"], first_dapo["params"])
-        relay = {"early": "base", "final": "runs/dapo/seed0", "ratio": dc.relay_ratio,
-                 "single": evaluator.final(final_model, seed=11).to_json(),
-                 "early_single": base_eval.to_json(),
-                 "relay": evaluator.relay(base_model, final_model, seed=11).to_json()}
-        _write_json(os.path.join(dc.out, "relay.json"), relay)
-        timings["relay"] = time.perf_counter() - t0
-    timings["total"] = time.perf_counter() - t_all
-    demo = {"command": command, "task": dc.task_name, "methods": [m.name for m in methods],
-            "baseline": "dapo",
-            "fair_baseline": "dapo_minibatch",
-            "reference": reference.for_run(dc.task_name, [m.name for m in methods], dc.rl_steps),
-            "timings": timings,
-            "setup": {
-                "task": f"compact chain sums {dc.task_params}, held-out split by prompt hash",
-                "model": f"Qwen2-style decoder, {dc.num_layers} layers x {dc.hidden_size}, "
-                         f"{mcfg.num_params / 1e6:.2f}M parameters, character tokenizer "
-                         f"({tok.vocab_size} ids)",
-                "warm start": f"{winfo['steps']} SFT steps x {dc.warm.batch_size} sequences on "
-                              f"worked solutions with step-error rate {dc.warm.error_rate}",
-                "RL": f"{dc.rl_steps} steps x {dc.batch_prompts} prompts x {dc.group_size} "
-                      f"samples per run, AdamW lr {dc.lr}, trained parameters: "
-                      f"{'final norm + output head' if dc.train_layers == 'head' else 'all'}, "
-                      f"training seeds {list(dc.seeds)}; overrides {dict(dc.rl_overrides)}",
-                "evaluation": f"{dc.eval_problems} held-out problems x {dc.eval_n} samples at "
-                              f"temperature {dc.temperature} (final; the base and every run "
-                              f"use the same problems and the same per-sample sampler seeds, "
-                              f"so their differences are paired); curves: "
-                              f"{dc.curve_problems} x {dc.curve_n} (sampler seed 1000 + step)",
-            }}
-    _write_json(os.path.join(dc.out, "demo.json"), demo)
-    return {"timings": timings, "base": base_eval, "greedy": greedy, "results": results}
+            "train_seconds": train_time, "run_dir": run_dir}

@@ -89,3 +89,38 @@ def profiles(methods: dict[str, list[RunData]], path: str):
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def per_base_effects(data: dict[str, list], baseline: str, path: str, labels: dict[str, str],
+                     title: str = "each method minus the baseline, per base"):
+    """One line per base across the methods: the method's mean over that base's training seeds
+    minus the baseline's on the same base (points), with the mean over bases and its 95%
+    t-interval in black. data: {method: [[per-seed values] per base]}."""
+    from tseeds_jax.eval.bases_stats import base_means, paired
+
+    others = [m for m in data if m != baseline]
+    ref = base_means(data[baseline])
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(others) + 2), 4.2))
+    xs = np.arange(len(others))
+    for b, r in enumerate(ref):
+        if r is None:
+            continue
+        ys = [(base_means(data[m])[b] - r) if b < len(data[m]) and base_means(data[m])[b]
+              is not None else np.nan for m in others]
+        ax.plot(xs, ys, marker="o", ms=4, lw=1, alpha=0.8, label=f"base {b}")
+    stats = [paired(data[m], data[baseline]) for m in others]
+    means = np.array([s["mean"] for s in stats])
+    halves = np.array([s["half"] if np.isfinite(s["half"]) else 0.0 for s in stats])
+    ax.errorbar(xs + 0.12, means, yerr=halves, fmt="s", color="black", capsize=4,
+                label="mean over bases, 95% t-interval")
+    ax.axhline(0, color="gray", lw=1, ls="--")
+    ax.set_xticks(xs)
+    ax.set_xticklabels([labels.get(m, m).replace("Thinking Seeds", "TS").replace("`", "") for m in others],
+                       rotation=20, ha="right", fontsize=8)
+    ax.set_ylabel(f"held-out pass@1 minus {labels.get(baseline, baseline)} (points)")
+    ax.set_title(title, fontsize=9)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

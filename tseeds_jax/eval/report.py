@@ -17,6 +17,7 @@ import os
 from typing import Any
 
 import numpy as np
+from scipy import stats
 
 from tseeds_jax.eval import plots, seed_report
 from tseeds_jax.eval.rundata import (
@@ -70,7 +71,9 @@ def _mean_tokens(run: RunData) -> float:
 
 
 def _effects(methods: dict[str, list[RunData]], base) -> dict[str, dict[str, Any]]:
-    """rl_effect per method whose final evaluations share the base's problems (else skipped)."""
+    """rl_effect per method whose final evaluations share the base's problems (else skipped),
+    with "p" (two-sided normal, over the combined standard error half / 1.96) and "shown":
+    kept by Holm's correction over the methods."""
     out = {}
     if not base or "correct" not in base:
         return out
@@ -81,7 +84,12 @@ def _effects(methods: dict[str, list[RunData]], base) -> dict[str, dict[str, Any
             continue
         e = rl_effect([f["correct"] for f in finals], finals[0]["n"], base["correct"], base["n"])
         e["seeds"] = len(finals)
+        se = e["half"] / 1.96
+        e["p"] = (float(2 * stats.norm.sf(abs(e["effect"]) / se)) if se > 0 and math.isfinite(se)
+                  else float("nan"))
         out[method] = e
+    for method, kept in zip(out, seed_report.holm([e["p"] for e in out.values()]), strict=True):
+        out[method]["shown"] = kept
     return out
 
 
@@ -110,32 +118,10 @@ def _fair_baseline_verdicts(methods: dict[str, list[RunData]], fair: str | None,
     return lines + [""]
 
 
-def write_report(root: str, *, out: str | None = None) -> str:
-    """Writes ROOT/report.md (or `out`) and the plots; returns the report path."""
-    runs = find_runs(root)
-    demo = _read(os.path.join(root, "demo.json")) or {}
-    if not runs and not demo:
-        raise FileNotFoundError(f"report: no run folders (method.json) under {root!r}")
-    methods = group_methods(runs, demo.get("methods"))
-    baseline = demo.get("baseline") or (next(iter(methods)) if methods else None)
-    plot_dir = os.path.join(root, "plots")
-    os.makedirs(plot_dir, exist_ok=True)
-    base = _read(os.path.join(root, "base", "eval.json"))
-    base_greedy = _read(os.path.join(root, "base", "eval_greedy.json"))
-    relay = _read(os.path.join(root, "relay.json"))
-    lines: list[str] = ["# Thinking Seeds demo report", ""]
-    if demo.get("command"):
-        lines += [f"Produced by: `{demo['command']}`", ""]
-    for key, value in (demo.get("setup") or {}).items():
-        lines.append(f"- **{key}**: {value}")
-    if demo.get("setup"):
-        lines.append("")
-    lines += ["Accuracies are percentages on held-out problems (prompts whose hash puts them in "
-              "the evaluation split; never used for warm-up or RL). avg@n = mean fraction of "
-              "correct samples per problem at the training temperature; intervals over training "
-              "seeds are 95% Student-t intervals, intervals for a single evaluation treat "
-              "problems as the sampling unit.", ""]
-
+def _one_base(methods: dict[str, list[RunData]], base, base_greedy, baseline,
+              demo: dict) -> tuple[list[str], float | None]:
+    """The base, RL-effect and final-accuracy sections of a folder with one base policy."""
+    lines: list[str] = []
     # ---- base ----
     lines += [SECTIONS[0], ""]
     base_avg = None
@@ -156,27 +142,32 @@ def write_report(root: str, *, out: str | None = None) -> str:
     lines += [SECTIONS[1], ""]
     effects = _effects(methods, base)
     if effects:
-        lines += ["Final held-out avg@n minus the base's, on the same problems. ± combines, in "
-                  "quadrature, evaluation noise (95% paired interval over problems) and "
-                  "training-seed spread (95% Student-t interval over seeds). An effect counts as "
-                  "shown when its lower end is above zero.", "",
-                  "| method | seeds | RL − base (points) | eval noise ± | seed spread ± | shown |",
-                  "|---|---|---|---|---|---|"]
+        lines += ["Final held-out avg@n minus the base's, on the same problems, from this one "
+                  "base policy. ± combines, in quadrature, evaluation noise (95% paired interval "
+                  "over problems) and training-seed spread (95% Student-t interval over seeds); "
+                  "p is the two-sided normal p of the effect over that combined standard error, "
+                  f"and an effect counts as shown when Holm's correction over the {len(effects)} "
+                  "methods keeps it. One base: whether RL helps from another base is not "
+                  "tested here (`--bases N`).", "",
+                  "| method | seeds | RL − base (points) | eval noise ± | seed spread ± | p | "
+                  "shown (Holm) |", "|---|---|---|---|---|---|---|"]
         for method, e in effects.items():
             lines.append(f"| {methods[method][0].label} | {e['seeds']} | "
                          f"{100 * e['effect']:+.1f} ± {_pct(e['half'])} | {_pct(e['eval_half'])} | "
-                         f"{_pct(e['seed_half'])} | {'yes' if e['shown'] else 'no'} |")
+                         f"{_pct(e['seed_half'])} | {e['p']:.3f} | "
+                         f"{'yes' if e['shown'] else 'no'} |")
         shown = [m for m, e in effects.items() if e["shown"]]
         lines.append("")
         if shown:
-            lines.append("RL from the base improves held-out accuracy beyond evaluation noise and "
-                         "seed spread for: " + ", ".join(methods[m][0].label for m in shown)
+            lines.append("RL from this base improves held-out accuracy beyond evaluation noise and "
+                         "seed spread, after Holm's correction, for: "
+                         + ", ".join(methods[m][0].label for m in shown)
                          + ". Only these methods moved the policy measurably; comparisons with the "
                          "others compare against a policy that RL did not measurably change.")
         else:
             lines.append("**No method improved on the base beyond evaluation noise and seed "
-                         "spread.** The method comparison below compares noise and shows nothing "
-                         "about Thinking Seeds.")
+                         "spread after Holm's correction.** The method comparison below compares "
+                         "noise and shows nothing about Thinking Seeds.")
     else:
         lines.append("(needs the base evaluation and final evaluations of the runs on the same "
                      "problems)")
@@ -214,20 +205,51 @@ def write_report(root: str, *, out: str | None = None) -> str:
         lines.append(f"| {rs[0].label} | {len(vals)} | {_pm(mean, half)} | {per_seed} | "
                      f"{vs_base} | {vs_bl} |")
     lines.append("")
-    if base_avg is not None:
-        for rs in methods.values():
-            vals = _final_values(rs)
-            if len(vals) >= 2:
-                mean, half = t_interval(vals)
-                lo = mean - half
-                verdict = ("above the base beyond seed spread" if lo > base_avg
-                           else "not clearly above the base")
-                lines.append(f"- {rs[0].label}: {_pm(mean, half)} vs base {_pct(base_avg)} — "
-                             f"{verdict} (95% interval lower end {_pct(lo)}).")
-        lines.append("")
     lines += verdicts + [""]
     fair = demo.get("fair_baseline") or ("dapo_minibatch" if "dapo_minibatch" in methods else None)
     lines += _fair_baseline_verdicts(methods, fair, baseline)
+
+    return lines, base_avg
+
+
+def write_report(root: str, *, out: str | None = None) -> str:
+    """Writes ROOT/report.md (or `out`) and the plots; returns the report path."""
+    runs = find_runs(root)
+    demo = _read(os.path.join(root, "demo.json")) or {}
+    if not runs and not demo:
+        raise FileNotFoundError(f"report: no run folders (method.json) under {root!r}")
+    methods = group_methods(runs, demo.get("methods"))
+    baseline = demo.get("baseline") or (next(iter(methods)) if methods else None)
+    plot_dir = os.path.join(root, "plots")
+    os.makedirs(plot_dir, exist_ok=True)
+    base = _read(os.path.join(root, "base", "eval.json"))
+    base_greedy = _read(os.path.join(root, "base", "eval_greedy.json"))
+    relay = _read(os.path.join(root, "relay.json"))
+    lines: list[str] = ["# Thinking Seeds demo report", ""]
+    if demo.get("command"):
+        lines += [f"Produced by: `{demo['command']}`", ""]
+    for key, value in (demo.get("setup") or {}).items():
+        lines.append(f"- **{key}**: {value}")
+    if demo.get("setup"):
+        lines.append("")
+    lines += ["Accuracies are percentages on held-out problems (prompts whose hash puts them in "
+              "the evaluation split; never used for warm-up or RL). avg@n = mean fraction of "
+              "correct samples per problem at the training temperature; intervals over training "
+              "seeds are 95% Student-t intervals, intervals for a single evaluation treat "
+              "problems as the sampling unit.", ""]
+
+    bases = sorted({r.base for r in runs}) or [0]
+    if len(bases) > 1:
+        from tseeds_jax.eval import bases_report
+
+        got = bases_report.sections(root, methods, bases, plot_dir)
+        lines += [SECTIONS[0], ""] + got["base"] + [SECTIONS[1], ""] + got["rl"]
+        lines += [SECTIONS[2], ""] + got["final"]
+        means = [e["avg_at_n"] for e in bases_report.base_evals(root, bases).values()]
+        base_avg = float(np.mean(means)) if means else None
+    else:
+        got, base_avg = _one_base(methods, base, base_greedy, baseline, demo)
+        lines += got
 
     # ---- curves ----
     lines += [SECTIONS[3], ""]
@@ -264,8 +286,11 @@ def write_report(root: str, *, out: str | None = None) -> str:
     if rows:
         n_eval = (base or (methods and next((r.final for rs in methods.values() for r in rs
                                               if r.final), None)) or {}).get("n", "n")
-        lines += [f"Mean over training seeds of avg@{n_eval} and unbiased pass@k.", "",
-                  "| method | seeds | avg@n | " + " | ".join(f"pass@{k}" for k in ks) + " |",
+        unit = "runs" if len(bases) > 1 else "seeds"
+        lines += [f"Mean over the {unit} (training seeds"
+                  + (f" of all {len(bases)} bases; the base row: base {bases[0]}" if len(bases) > 1
+                     else "") + f") of avg@{n_eval} and unbiased pass@k.", "",
+                  f"| method | {unit} | avg@n | " + " | ".join(f"pass@{k}" for k in ks) + " |",
                   "|---|---|---|" + "---|" * len(ks)]
         for label, avg, pk, cnt in rows:
             lines.append(f"| {label} | {cnt} | {_pct(avg)} | "
@@ -349,7 +374,7 @@ def write_report(root: str, *, out: str | None = None) -> str:
     else:
         lines += ["(no baseline step times)", ""]
     lines += seed_report.section(SECTIONS[8], methods, baseline, _refresh_interval,
-                                 recorded=demo.get("reference"))
+                                 recorded=demo.get("reference"), bases=bases)
     if demo.get("timings"):
         lines += ["Wall-clock of the demo phases (s): "
                   + ", ".join(f"{k} {v:.0f}" for k, v in demo["timings"].items()), ""]

@@ -28,6 +28,26 @@ class RunData:
     metrics: list[dict[str, Any]]
     curve: list[dict[str, Any]]
     final: dict[str, Any] | None
+    base: int = 0  # the base policy (warm start) the run trained from
+
+
+def base_folder(root: str, base: int) -> str:
+    """The folder of base policy `base` in a demo folder: ROOT/base (base 0), ROOT/base<b>."""
+    return os.path.join(root, "base" if base == 0 else f"base{base}")
+
+
+def by_base(runs: list[RunData]) -> dict[int, list[RunData]]:
+    """{base: runs} sorted by base."""
+    out: dict[int, list[RunData]] = {}
+    for r in runs:
+        out.setdefault(r.base, []).append(r)
+    return dict(sorted(out.items()))
+
+
+def per_base(runs: list[RunData], value, bases: list[int]) -> list[list[float]]:
+    """[[value(run) per training seed, in seed order] per base of `bases`] (finished runs)."""
+    grouped = by_base([r for r in runs if r.final])
+    return [[value(r) for r in sorted(grouped.get(b, []), key=lambda r: r.seed)] for b in bases]
 
 
 def _read_json(path: str, default=None):
@@ -61,7 +81,8 @@ def find_runs(root: str) -> list[RunData]:
                             seed=int(info.get("seed", 0)), info=info,
                             metrics=_read_jsonl(os.path.join(dirpath, "metrics.jsonl")),
                             curve=_read_json(os.path.join(dirpath, "eval_curve.json"), []),
-                            final=_read_json(os.path.join(dirpath, "eval.json"))))
+                            final=_read_json(os.path.join(dirpath, "eval.json")),
+                            base=int(info.get("base", 0))))
     return sorted(runs, key=lambda r: r.path)
 
 

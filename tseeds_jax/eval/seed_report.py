@@ -14,6 +14,8 @@ import math
 
 import numpy as np
 
+from tseeds_jax.eval import bases_stats
+from tseeds_jax.eval.bases_stats import holm  # noqa: F401  (the reports import it from here)
 from tseeds_jax.eval.rundata import RunData, t_interval
 
 TAIL_STEPS = 20  # "late" zero-advantage share: the last this many steps of a run
@@ -35,20 +37,6 @@ def welch_interval(a, b) -> tuple[float, float, float]:
     df = (va + vb) ** 2 / (va ** 2 / (a.size - 1) + vb ** 2 / (b.size - 1))
     t = diff / np.sqrt(va + vb)
     return diff, float(stats.t.ppf(0.975, df) * np.sqrt(va + vb)), float(2 * stats.t.sf(abs(t), df))
-
-
-def holm(pvalues: list[float], alpha: float = 0.05) -> list[bool]:
-    """Holm's step-down correction over one family of tests: sort the p-values, compare the
-    i-th smallest (i from 0) with alpha / (m - i) and stop at the first that fails; a test is
-    kept (True) only if it and every smaller p passed. nan p-values (too few seeds) are never
-    kept and do not count in m."""
-    order = sorted((p, i) for i, p in enumerate(pvalues) if math.isfinite(p))
-    kept = [False] * len(pvalues)
-    for rank, (p, i) in enumerate(order):
-        if p > alpha / (len(order) - rank):
-            break
-        kept[i] = True
-    return kept
 
 
 def _welch_ok(vals, ref):
@@ -144,23 +132,41 @@ def comparison(methods: dict[str, list[RunData]], baseline: str | None,
 
 def _against_recorded(methods, acc, acc_pairs, recorded) -> list[str]:
     """For each accuracy difference with uncorrected p < 0.05 here: the same comparison in a
-    recorded run with more training seeds of the same experiment, and whether it held there."""
+    recorded run with more training seeds of the same experiment (same design and CPU: the
+    demo offers one only then, `reference.for_run`), and whether it held there: same sign and
+    kept by Holm's correction over the recorded run's own accuracy family."""
     pass1 = (recorded or {}).get("pass1") or {}
     found = {k: v for k, v in acc_pairs.items() if v is not None and v[2] < 0.05}
     seeds = min((len(acc[m]) for m in methods), default=0)
     if not found or not pass1 or seeds >= min(len(v) for v in pass1.values()):
         return []
-    out = [f"With more training seeds ({recorded['label']}; recorded values, not this run's "
-           "unless the seeds and the CPU are the same):", ""]
+    rec_acc = {m: [v / 100 for v in vals]
+               for m, vals in ((recorded or {}).get("family") or pass1).items()}
+    baseline = next((b for (_, b) in acc_pairs if b in rec_acc), None)
+    verdicts = accuracy_verdicts(rec_acc, baseline) if baseline in rec_acc else {}
+    mach = (recorded or {}).get("machine") or {}
+    where = (f", {mach['cpu']} with {'/'.join(mach.get('flags') or [])}" if mach.get("cpu")
+             else "")
+    out = [f"With more training seeds ({recorded['label']}{where}; recorded values of the same "
+           "base and CPU; Holm over the recorded run's "
+           f"{len(verdicts)} accuracy comparisons):", ""]
     for (m, against), (d, _, p) in found.items():
-        if m not in pass1 or against not in pass1:
+        v = verdicts.get((m, against))
+        flip = v is None and (against, m) in verdicts
+        if flip:
+            rd, rh, rp, kept = verdicts[(against, m)]
+            rd = -rd
+        elif v is not None:
+            rd, rh, rp, kept = v
+        else:
             continue
-        rd, rh, rp = welch_interval([v / 100 for v in pass1[m]], [v / 100 for v in pass1[against]])
-        held = rp < 0.05 and abs(rd) > rh and (rd > 0) == (d > 0)
+        held = kept and (rd > 0) == (d > 0)
+        n = len(pass1[m])
         out.append(f"- {methods[m][0].label} vs {methods[against][0].label}: "
                    f"{100 * d:+.1f} here (p={p:.2f}, {seeds} seeds); with "
-                   f"{len(pass1[m])} seeds {100 * rd:+.1f} ± {100 * rh:.1f} (p={rp:.2f}): "
-                   + ("it held." if held else f"**it did not hold at {len(pass1[m])} seeds**; "
+                   f"{n} seeds {100 * rd:+.1f} ± {100 * rh:.1f} (p={rp:.2f}; Holm: "
+                   f"{'yes' if kept else 'no'}): "
+                   + ("it held." if held else f"**it did not hold at {n} seeds**; "
                       "do not read this difference as a result."))
     return out + [""] if len(out) > 2 else []
 
@@ -200,21 +206,46 @@ def _sum_lists(rows: list[list[float]]) -> np.ndarray:
     return np.sum(np.asarray(rows, np.float64), axis=0) if rows else np.zeros(0)
 
 
+def _paired_by_base(methods, baseline, value, bases) -> dict[tuple[str, str], tuple | None]:
+    """{(method, baseline): (diff, half, p)} paired within a base, Student t over `bases`."""
+    from tseeds_jax.eval.rundata import per_base
+
+    ref = per_base(methods[baseline], value, bases)
+    out = {}
+    for m in methods:
+        if m != baseline:
+            r = bases_stats.paired(per_base(methods[m], value, bases), ref)
+            out[(m, baseline)] = ((r["mean"], r["half"], r["p"]) if math.isfinite(r["p"])
+                                  else None)
+    return out
+
+
 def section(title: str, methods: dict[str, list[RunData]], baseline: str | None,
-            refresh_interval_of, recorded: dict | None = None) -> list[str]:
-    """Markdown lines. `refresh_interval_of(run)`: T of a run (cycles of the calibration table)."""
+            refresh_interval_of, recorded: dict | None = None,
+            bases: list[int] | None = None) -> list[str]:
+    """Markdown lines. `refresh_interval_of(run)`: T of a run (cycles of the calibration table).
+    `bases`: with more than one, the all-equal difference is paired within a base and tested
+    over bases, and the accuracy comparison (the across-base table) is not repeated here."""
     lines = [title, ""]
     if not any(r.metrics for rs in methods.values() for r in rs):
         return lines + ["(no training metrics)", ""]
     base_label = methods[baseline][0].label if baseline in methods else None
     zero = {m: [_run_mean(r, "zero_adv_group_frac") for r in rs] for m, rs in methods.items()}
-    vs_base = {(m, baseline): _welch_ok(zero[m], zero[baseline]) for m in methods
-               if baseline in methods and m != baseline}
+    multi = bases is not None and len(bases) > 1
+    if multi and baseline in methods:
+        vs_base = _paired_by_base(methods, baseline,
+                                  lambda r: _run_mean(r, "zero_adv_group_frac"), bases)
+    else:
+        vs_base = {(m, baseline): _welch_ok(zero[m], zero[baseline]) for m in methods
+                   if baseline in methods and m != baseline}
     kept = _family(vs_base)
+    test = (f"paired by base, Student t over the {len(bases)} bases" if multi
+            else "its 95% Welch interval")
     lines += ["All-equal groups (every sample of the prompt got the same reward, so the group's "
               "advantages are zero and it carries no gradient), mean share over each run's "
-              "steps, before DAPO's group filter; 95% intervals over training seeds"
-              + (f", difference vs {base_label} with its 95% Welch interval, uncorrected p and "
+              "steps, before DAPO's group filter; 95% intervals over "
+              + ("runs (all bases)" if multi else "training seeds")
+              + (f", difference vs {base_label} ({test}), uncorrected p and "
                  f"Holm's verdict over the column's {sum(v is not None for v in vs_base.values())} "
                  "comparisons" if base_label else "") + ".", "",
               "| method | seeds | all batches | vs baseline | on-policy batches | seeded batches | "
@@ -227,7 +258,8 @@ def section(title: str, methods: dict[str, list[RunData]], baseline: str | None,
             f"{_ci([_run_mean(r, 'zero_adv_group_frac/seeded') for r in rs])} | "
             f"{_ci([_run_mean(r, 'zero_adv_group_frac', slice(-TAIL_STEPS, None)) for r in rs])} |")
     lines.append("")
-    lines += comparison(methods, baseline, recorded=recorded)
+    if not multi:
+        lines += comparison(methods, baseline, recorded=recorded)
 
     seeded = {m: rs for m, rs in methods.items()
               if any("seeds/cut_ratio_mean" in x for r in rs for x in r.metrics)}

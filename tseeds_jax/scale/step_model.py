@@ -13,7 +13,14 @@ model; the step times on top are *estimates*.
   the weights. A finished slot that is not refilled keeps its cache length (layers.py
   `_decode_one` reads `write_B + 1` positions of every slot), so its cache is still read. The
   learner waits for the last token.
-* async (`async_steady`): partial rollouts + continuous batching across steps, steady state.
+* async under the runtime's rule (`step_runtime.async_runtime`, the headline "async"): the
+  pool of rl/partial.py simulated call by call, with the staleness bound enforced as the
+  runtime enforces it: a response of a group admitted `max_staleness` steps ago decodes to its
+  end in the step's call (forced), the others at most C tokens (or, by default, until the last
+  forced one ends), further calls force the oldest groups when fewer than B are complete. The
+  estimate says which responses it forces (share of responses and tokens, the shortest).
+* async without the bound (`async_steady`, "async_unbounded"): partial rollouts + continuous
+  batching across steps, steady state.
   Every slot is always live (a freed slot takes the next prompt); a step's batch is ready after a
   token budget (default: the sync batch's tokens, so both train on the same tokens per step), so
   a step takes budget / slots decode steps; responses unfinished at the budget are interrupted and
@@ -28,15 +35,16 @@ model; the step times on top are *estimates*.
   - "split": the sampler on r of the decode layout's replicas' chips, the learner on the rest,
     running at the same time one version apart (max_staleness >= 1); each side's time scales with
     its share of the chips (linear scaling, memory of the smaller learner mesh not checked);
-    step = max(generation / a, update / (1 - a)) + weight sync, best r. Since generation <= a T
+    step = max(generation / a, update / (1 - a)) + weight sync, best r (generated one step ahead,
+    the pool's own bound is max_staleness - 1). Since generation <= a T
     and update <= (1 - a) T give generation + update <= T, the split never beats "interleaved"
     in this model; it is reported to show that the gain is occupancy, not overlap.
 
 Version lag (staleness) of a token: with d decode steps per training step and a response
 starting at a uniform phase within a window, its token j lands in window floor((phase + j) / d)
 and the response is trained after the window where it ends; the lag is the difference (+1 with
-"split"). `max_staleness` is not enforced by the estimate: it reports the share of responses
-whose oldest token is older (a runtime that drops or restarts them loses those tokens).
+"split"). `async_steady` does not enforce `max_staleness`: it reports the share of responses
+whose oldest token is older, which the runtime's rule forces to finish instead.
 """
 
 from __future__ import annotations
@@ -172,10 +180,19 @@ def async_steady(lengths: Sequence[int], cost: DecodeCost, prompt_len: int,
 def estimate(lengths: Sequence[int], cost: DecodeCost, *, prompt_len: int, update_s: float,
              chips: int, prefill_s_per_token: float = 0.0, sync_s: float = 0.0,
              budget_tokens: float | None = None, reprefill: bool = True, max_staleness: int = 1,
-             replicas: int = 1, placement: str = "interleaved") -> dict:
+             replicas: int = 1, placement: str = "interleaved", group_size: int = 1,
+             partial_tokens: int | None = None, interrupt: bool = True) -> dict:
     """Sync and async step time, tokens/s/chip and speed-up for one step's responses.
-    `replicas`: the decode layout's replicas (the split placement gives the sampler r of them);
-    `placement`: which async estimate is the headline ("interleaved" or "split")."""
+    "async": the runtime's rule (`step_runtime.async_runtime`: the staleness bound enforced by
+    forcing due responses to finish; C = `partial_tokens`, default the steady model's decode
+    steps per step, so that both give every slot the same window); "async_unbounded": the
+    steady-state model without the bound (`async_steady`, every slot busy), with the share of
+    its responses older than allowed. `replicas`: the decode layout's replicas (the split
+    placement gives the sampler r of them; generated one step ahead, its pool's own bound is
+    max_staleness - 1, as in rl/partial.py); `placement`: which async estimate is the headline
+    ("interleaved" or "split")."""
+    from tseeds_jax.scale.step_runtime import async_runtime
+
     if placement not in PLACEMENTS:
         raise ValueError(f"placement={placement!r}: expected one of {PLACEMENTS}")
     if max_staleness < 0:
@@ -186,27 +203,42 @@ def estimate(lengths: Sequence[int], cost: DecodeCost, *, prompt_len: int, updat
     a = async_steady(lengths, cost, prompt_len, prefill_s_per_token,
                      budget_tokens=budget_tokens, reprefill=reprefill)
     a_gen = sync_s + a["prefill_s"] + a["reprefill_s"] + a["decode_s"]
-    inter = a_gen + update_s
+    chunk = partial_tokens or max(1, int(round(a["decode_steps"])))
+    rule = dict(group_size=group_size, chunk=chunk, interrupt=interrupt, reprefill=reprefill)
+    rt = async_runtime(lengths, cost, prompt_len, prefill_s_per_token,
+                       max_staleness=max_staleness, **rule)
+    rt_gen = sync_s + rt["prefill_s"] + rt["decode_s"]
     split = None
     if replicas > 1 and max_staleness >= 1:
-        g = a_gen - sync_s
+        ahead = async_runtime(lengths, cost, prompt_len, prefill_s_per_token,
+                              max_staleness=max_staleness - 1, **rule)
+        g = ahead["prefill_s"] + ahead["decode_s"]
         best = min(range(1, replicas), key=lambda r: max(g * replicas / r,
                                                           update_s * replicas / (replicas - r)))
         t = max(g * replicas / best, update_s * replicas / (replicas - best)) + sync_s
         split = dict(step_s=t, sampler_replicas=best, replicas=replicas,
-                     tokens_per_s_per_chip=a["tokens"] / t / chips)
+                     tokens_per_s_per_chip=ahead["tokens"] / t / chips)
+    inter = rt_gen + update_s
     head = inter if placement == "interleaved" or split is None else split["step_s"]
     lag_tok, lag_resp = version_lags(lengths, a["decode_steps"],
                                      offset=1 if placement == "split" else 0)
     over = sum(lag_resp[max_staleness + 1:])
     sync = dict(s, generation_s=s_gen, update_s=update_s, step_s=s_step,
                 tokens_per_s_per_chip=s["tokens"] / s_step / chips)
-    asy = dict(a, generation_s=a_gen, update_s=update_s, step_s=head, interleaved_step_s=inter,
-               split=split, placement=placement, tokens_per_s_per_chip=a["tokens"] / head / chips,
-               max_staleness=max_staleness, token_lag_share=lag_tok,
-               response_oldest_lag_share=lag_resp, responses_over_staleness=over)
-    return {"sync": sync, "async": asy,
-            "speedup": asy["tokens_per_s_per_chip"] / sync["tokens_per_s_per_chip"]}
+    asy = dict(rt, generation_s=rt_gen, update_s=update_s, step_s=head, interleaved_step_s=inter,
+               split=split, placement=placement,
+               tokens_per_s_per_chip=(rt["tokens"] if head == inter else
+                                      split["tokens_per_s_per_chip"] * head * chips)
+               / head / chips)
+    free = a_gen + update_s
+    unbounded = dict(a, generation_s=a_gen, update_s=update_s, step_s=free,
+                     tokens_per_s_per_chip=a["tokens"] / free / chips,
+                     max_staleness=max_staleness, token_lag_share=lag_tok,
+                     response_oldest_lag_share=lag_resp, responses_over_staleness=over)
+    return {"sync": sync, "async": asy, "async_unbounded": unbounded,
+            "speedup": asy["tokens_per_s_per_chip"] / sync["tokens_per_s_per_chip"],
+            "speedup_unbounded": unbounded["tokens_per_s_per_chip"]
+            / sync["tokens_per_s_per_chip"]}
 
 
 def plan_inputs(w, hbm_bytes=None) -> dict | None:

@@ -8,8 +8,11 @@ optional LEARNER.json a `--only learner` output of the same config, whose update
 record (kind "estimate": a model on compile-only bounds).
 
 Options: --length-distribution SPEC[;SPEC...] (instead of each config's; one row per SPEC),
---max-staleness N, --budget-tokens X, --keep-kv, --async-placement interleaved|split,
---update-s X (instead of LEARNER.json), --json.
+--max-staleness N, --group-size G (the configs' G; 8 for the paper recipe), --partial-tokens C
+(default: the steady model's decode steps per step), --no-interrupt, --budget-tokens X,
+--keep-kv, --async-placement interleaved|split, --update-s X (instead of LEARNER.json), --json.
+The async step is the runtime's rule (scale/step_runtime.py: responses the staleness bound
+makes due are forced to finish); the steady model without the bound is printed beside it.
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ def estimate_files(paths: str, args, spec: str | None = None) -> dict:
     est = step_model_from_inputs(
         inputs, update_s=update_s, length_distribution=spec,
         max_staleness=args.max_staleness, budget_tokens=args.budget_tokens,
-        reprefill=not args.keep_kv, placement=args.async_placement)
+        reprefill=not args.keep_kv, placement=args.async_placement, group_size=args.group_size,
+        partial_tokens=args.partial_tokens, interrupt=not args.no_interrupt)
     est["inputs"] = dict(sampler=sampler, update_from=update_from, topology=inputs["topology"],
                          chips=inputs["chips"], requests=inputs["requests"],
                          slots=inputs["slots"])
@@ -73,6 +77,11 @@ def main(argv: list[str]) -> int:
                     "come from")
     ap.add_argument("--length-distribution", default=None)
     ap.add_argument("--max-staleness", type=int, default=1)
+    ap.add_argument("--group-size", type=int, default=8,
+                    help="G: a group is trained when all its G responses finished (default 8)")
+    ap.add_argument("--partial-tokens", type=int, default=None)
+    ap.add_argument("--no-interrupt", action="store_true",
+                    help="other responses stop at C tokens also while forced ones finish")
     ap.add_argument("--budget-tokens", type=float, default=None)
     ap.add_argument("--keep-kv", action="store_true")
     ap.add_argument("--async-placement", choices=("interleaved", "split"), default="interleaved")
@@ -127,36 +136,50 @@ def write_record(path: str, out: dict, argv: list[str], note: str = "") -> None:
         if est["length_distribution"]["spec"] == "full":
             name += "__full"
         split = a["split"]
+        u = est["async_unbounded"]
         rows.append([name, est["inputs"]["topology"], est["length_distribution"]["spec"],
                      f"{sy['step_s']:.2f}", f"{sy['occupancy']:.2f}",
                      f"{sy['tokens_per_s_per_chip']:.0f}", f"{a['step_s']:.2f}",
-                     f"{a['tokens_per_s_per_chip']:.0f}", f"**{est['speedup']:.2f}x**",
+                     f"{a['occupancy']:.2f}", f"{a['tokens_per_s_per_chip']:.0f}",
+                     f"**{est['speedup']:.2f}x**",
+                     f"{a['forced_share']:.0%} ({a['forced_token_share']:.0%})",
+                     "-" if a["shortest_forced"] is None else str(a["shortest_forced"]),
                      f"{split['step_s']:.2f} ({split['sampler_replicas']}/{split['replicas']})"
-                     if split else "-", f"{a['responses_over_staleness']:.0%}"])
+                     if split else "-", f"{est['speedup_unbounded']:.2f}x",
+                     f"{u['responses_over_staleness']:.0%}"])
         for key, v in (("sync_step_s", sy["step_s"]), ("async_step_s", a["step_s"]),
                        ("sync_tokens_per_s_per_chip", sy["tokens_per_s_per_chip"]),
                        ("async_tokens_per_s_per_chip", a["tokens_per_s_per_chip"]),
                        ("speedup", est["speedup"]), ("sync_occupancy", sy["occupancy"]),
-                       ("update_s", sy["update_s"]),
+                       ("async_occupancy", a["occupancy"]), ("update_s", sy["update_s"]),
                        ("sync_occupancy_first_tenth", sy["occupancy_curve"][0]),
                        ("sync_occupancy_last_tenth", sy["occupancy_curve"][-1]),
-                       ("responses_over_staleness", a["responses_over_staleness"]),
+                       ("forced_share", a["forced_share"]),
+                       ("forced_token_share", a["forced_token_share"]),
+                       ("speedup_unbounded", est["speedup_unbounded"]),
+                       ("responses_over_staleness", u["responses_over_staleness"]),
                        ("cap_share", est["length_distribution"]["cap_share"])):
             # stored as printed (results_render prints the stored digits)
-            v = int(round(v)) if "tokens" in key else round(v, 2)
+            v = int(round(v)) if "tokens_per_s" in key else round(v, 2)
             values[f"{name}__{key}"] = {"value": v, "unit": "s" if key.endswith("_s") else
-                                        "tokens/s/chip" if "tokens" in key else
-                                        "ratio" if key == "speedup" else "fraction"}
+                                        "tokens/s/chip" if "tokens_per_s" in key else
+                                        "ratio" if key.startswith("speedup") else "fraction"}
+        values[f"{name}__partial_tokens"] = {"value": a["chunk"], "unit": "tokens (C)"}
+        values[f"{name}__shortest_forced"] = {"value": a["shortest_forced"], "unit": "tokens"}
     rec = results_record.make(
         os.path.splitext(os.path.basename(path))[0],
-        "on-policy step time, sync vs async (partial rollouts, continuous batching across steps), "
-        "under the default response-length distribution (scale/step_model.py)",
+        "on-policy step time, sync vs async (partial rollouts, continuous batching across steps, "
+        "the staleness bound enforced as the runtime does: scale/step_runtime.py), under the "
+        "default response-length distribution (scale/step_model.py)",
         "estimate", "python -m tseeds_jax.scale.step_model_cli " + shlex.join(_without_note(argv)),
         backend="tpu (compile-only, libtpu) + the step model", values=values,
         table={"columns": ["variant", "target", "lengths", "sync step s", "sync occupancy",
-                           "sync tokens/s/chip", "async step s", "async tokens/s/chip",
-                           "speed-up", "async split step s (sampler replicas)",
-                           "responses over max_staleness"], "rows": rows},
+                           "sync tokens/s/chip", "async step s", "async occupancy",
+                           "async tokens/s/chip", "speed-up",
+                           "forced to finish: responses (tokens)", "shortest forced",
+                           "async split step s (sampler replicas)",
+                           "speed-up without the bound", "its responses over max_staleness"],
+               "rows": rows},
         note="decode / prefill / sync costs from the compiled sampler programs' rooflines, the "
              "update from the compiled learner's roofline + ICI (serial): compile-only bounds; "
              "the step model on top is an estimate; nothing ran on a TPU" + (f". {note}" if note

@@ -1,0 +1,168 @@
+"""The table (and quoted figures) of a demo-over-bases record, computed from its per-base values.
+
+    python -m tseeds_jax.eval.bases_table docs/results/demo_hard_bases.json [--plot PNG]
+
+Reads the record's values (`tseeds_jax.demo.bases_record`: per method a list per base of
+per-training-seed pass@1), writes its `table` field and the figures prose quotes (each with the
+table cell it is read from), and with --plot the per-base effect figure. Statistics:
+`bases_stats` (paired within a base, Student t across bases, Holm over each family).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+import numpy as np
+
+from tseeds_jax.eval import bases_stats
+from tseeds_jax.eval.seed_report import accuracy_pairs
+
+LABELS = {"dapo": "On-policy DAPO", "ts_ratio": "Thinking Seeds (ratio 0.5, T 8)",
+          "ts_mixture": "Thinking Seeds, `mixture`",
+          "ts_mixture_spread": "Thinking Seeds, `mixture_spread`",
+          "ts_adaptive": "Thinking Seeds, first adaptive rule", "ts_entropy": "Thinking Seeds, "
+          "entropy rule", "dapo_minibatch": "On-policy DAPO, 4 mini-batches",
+          "prefixrl": "PrefixRL", "questa": "QuestA", "fr3e": "FR3E", "cure": "CURE"}
+BASELINE, REFERENCE = "dapo", "ts_ratio"
+_SUFFIX = "_pass1"
+
+
+def methods_of(values: dict) -> dict[str, list]:
+    """{method: per_base pass@1} of a record's values, in the record's order, for the methods
+    with at least one run."""
+    out = {}
+    for key, entry in values.items():
+        if key.endswith(_SUFFIX) and key != "base_pass1" and isinstance(entry["value"], list):
+            per_base = entry["value"]
+            if any(isinstance(s, list) and s for s in per_base):
+                out[key[:-len(_SUFFIX)]] = per_base
+    return out
+
+
+def _p(p: float) -> str:
+    return "p < 0.01" if p < 0.01 else f"p = {p:.2f}"
+
+
+def _diff(r: dict | None) -> str:
+    """+d ± h (p; Holm: yes|no), bold where Holm keeps it; "—" without a test."""
+    if r is None or r["n"] == 0:
+        return "—"
+    if not math.isfinite(r["p"]):
+        return f"{r['mean']:+.1f} (1 base)"
+    mark = "**" if r["holm"] else ""
+    return (f"{mark}{r['mean']:+.1f} ± {r['half']:.1f} ({_p(r['p'])}; "
+            f"Holm: {'yes' if r['holm'] else 'no'}){mark}")
+
+
+def build(values: dict) -> dict:
+    """{"table", "figures"}: the record's table and the figures quoted from its cells
+    ({key: (text, column)})."""
+    data = methods_of(values)
+    if BASELINE not in data:
+        raise ValueError(f"values: no '{BASELINE}{_SUFFIX}' with runs; the table compares with "
+                         "on-policy DAPO")
+    names = list(data)
+    ref = REFERENCE if REFERENCE in data else BASELINE
+    acc = bases_stats.family(accuracy_pairs(names, BASELINE, ref), data)
+    base = [[x] if x is not None else [] for x in values["base_pass1"]["value"]]
+    rl = bases_stats.family([(m, "__base__") for m in names], {**data, "__base__": base})
+    seeded = {m: values[f"{m}_all_equal_seeded"]["value"] for m in names
+              if f"{m}_all_equal_seeded" in values
+              and any(x is not None for s in values[f"{m}_all_equal_seeded"]["value"] for x in s)}
+    eq_fam = (bases_stats.family([(m, REFERENCE) for m in seeded if m != REFERENCE], seeded)
+              if REFERENCE in seeded else {})
+    n_acc, n_rl, n_eq = (sum(math.isfinite(r["p"]) for r in fam.values())
+                         for fam in (acc, rl, eq_fam))
+    cols = ["method", "bases × seeds", "held-out pass@1, mean over bases ± 95% (per base)",
+            "SD between / within bases", f"vs DAPO, paired by base (Holm over {n_acc})",
+            f"vs ratio rule, paired by base (Holm over {n_acc})", "bases above DAPO",
+            f"RL − base, paired by base (Holm over {n_rl})", "all-equal groups, %",
+            f"all-equal seeded groups, % (vs ratio rule, paired by base; Holm over {n_eq})"]
+    rows, figures = [], {}
+    for i, m in enumerate(names):
+        means = [x for x in bases_stats.base_means(data[m]) if x is not None]
+        over = bases_stats.t_test(means)
+        seeds = sorted({len(s) for s in data[m] if s})
+        split = bases_stats.variance_split(data[m])
+        eq = [x for s in values.get(f"{m}_all_equal", {}).get("value", []) for x in s
+              if x is not None]
+        vs_d = acc.get((m, BASELINE))
+        vs_r = (acc.get((m, ref)) or acc.get((ref, m))) if ref == REFERENCE else None
+        if vs_r is not None and (m, ref) not in acc:  # stored as (ratio, DAPO): flip
+            vs_r = {**vs_r, "mean": -vs_r["mean"], "above": vs_r["n"] - vs_r["above"]}
+        cells = [
+            LABELS.get(m, m), f"{len(means)} × {'/'.join(map(str, seeds))}",
+            (f"{over['mean']:.1f}" + (f" ± {over['half']:.1f}" if math.isfinite(over["half"])
+                                       else "") + f" ({', '.join(f'{x:.1f}' for x in means)})"),
+            (f"{split['sd_between']:.1f} / {split['sd_within']:.1f}" if split else "—"),
+            "—" if m == BASELINE else _diff(vs_d),
+            "—" if m == ref else _diff(vs_r),
+            "—" if m == BASELINE or vs_d is None else f"{vs_d['above']} of {vs_d['n']}",
+            _diff(rl.get((m, "__base__"))),
+            f"{np.mean(eq):.1f}" if eq else "—", _seeded_cell(m, seeded, eq_fam)]
+        rows.append(cells)
+        for col, key in ((2, "mean"), (4, "vs_dapo"), (5, "vs_ratio"), (6, "above_dapo"),
+                         (7, "over_base"), (3, "sd_split")):
+            if cells[col] != "—":
+                figures[f"{m}_{key}"] = (_quote(cells[col]), i, col)
+        if "(" in cells[9]:
+            figures[f"{m}_seeded_equal_vs_ratio"] = (_quote(cells[9].split("(", 1)[1]), i, 9)
+    return {"table": {"columns": cols, "rows": rows}, "figures": figures, "acc": acc, "rl": rl}
+
+
+def _seeded_cell(m: str, seeded: dict, fam: dict) -> str:
+    """Mean all-equal share of the seeded batches over the method's runs, and its difference to
+    the ratio rule's, paired by base."""
+    if m not in seeded:
+        return "—"
+    vals = [x for s in seeded[m] for x in s if x is not None]
+    r = fam.get((m, REFERENCE))
+    return f"{np.mean(vals):.1f}" + ("" if r is None or r["n"] == 0 else f" ({_diff(r)})")
+
+
+def _quote(cell: str) -> str:
+    """The part of a cell prose quotes: the difference and its interval, without the p and
+    Holm's verdict; the mean without the per-base list."""
+    text = cell.strip("*")
+    return text.split(" (")[0]
+
+
+def update(path: str, plot: str | None = None) -> dict:
+    """Writes the table and the quoted figures into the record at `path` (and the plot)."""
+    from tseeds_jax import results_record
+
+    rec = results_record.load(path)
+    got = build(rec["values"])
+    rec["table"] = got["table"]
+    for key, (text, row, col) in got["figures"].items():
+        rec["values"][f"q_{key}"] = {"value": text, "unit": "quoted from the table",
+                                     "from": f"{rec['name']}:{row}:{col}"}
+    results_record.write(path, rec)
+    if plot:
+        from tseeds_jax.eval import plots
+
+        data = methods_of(rec["values"])
+        plots.per_base_effects(data, BASELINE, plot, LABELS,
+                               title=f"{rec['name']}: each method minus on-policy DAPO, per base")
+    return got
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("record", help="a demo_<task>_bases record")
+    ap.add_argument("--plot", default=None, help="write the per-base effect figure here (PNG)")
+    args = ap.parse_args(argv)
+    try:
+        got = update(args.record, args.plot)
+    except (OSError, ValueError, TypeError) as e:
+        print(f"bases_table: {e}", file=sys.stderr)
+        return 2
+    for row in got["table"]["rows"]:
+        print(" | ".join(row))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
