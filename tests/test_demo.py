@@ -13,7 +13,8 @@ from tseeds_jax.eval.report import SECTIONS
 @pytest.mark.slow
 def test_demo_quick_writes_report_and_checkpoints_evaluate(tmp_path, capsys):
     out = str(tmp_path / "demo")
-    assert cli.main(["demo", "--quick", "--out", out]) == 0
+    small = ["--warm-steps", "60", "--rl-steps", "4"]  # the code paths, not the learning
+    assert cli.main(["demo", "--quick", "--lora", "--out", out] + small) == 0
     text = open(os.path.join(out, "report.md")).read()
     for section in SECTIONS:
         assert section in text, section
@@ -45,7 +46,7 @@ def test_demo_quick_writes_report_and_checkpoints_evaluate(tmp_path, capsys):
     # a second base, resumed from the record: base 0's runs are kept without warming it again
     capsys.readouterr()
     assert cli.main(["demo", "--quick", "--out", out, "--bases", "2", "--methods",
-                     "dapo,ts_ratio", "--resume"]) == 0
+                     "dapo,ts_ratio", "--lora", "--resume"] + small) == 0
     log = capsys.readouterr()
     assert "base 0 seed 0: kept from the record" in log.out + log.err
     assert "base 0: sampled" not in log.out + log.err and "base 1: sampled" in log.out + log.err
@@ -55,6 +56,12 @@ def test_demo_quick_writes_report_and_checkpoints_evaluate(tmp_path, capsys):
     assert os.path.exists(os.path.join(out, "runs", "ts_ratio", "base1", "seed0", "eval.json"))
     text = open(os.path.join(out, "report.md")).read()
     assert "Across the 2 base policies" in text and "- base 1: sampled" in text
+    # --lora: LoRA DAPO and LoRA Thinking Seeds from both bases, each beside its full run
+    for name in ("dapo_lora", "ts_ratio_lora"):
+        for folder in ("seed0", os.path.join("base1", "seed0")):
+            assert os.path.exists(os.path.join(out, "runs", name, folder, "eval.json"))
+    assert "- On-policy DAPO, LoRA rank 8 vs On-policy DAPO (full parameters):" in text
+    assert "- Thinking Seeds (ratio 0.5, T 8), LoRA rank 8 vs Thinking Seeds" in text
 
 
 def test_demo_rejects_unknown_methods(capsys):
@@ -128,3 +135,22 @@ def test_demo_options_for_bases_and_per_method_seeds(capsys):
     from tseeds_jax.demo import cli as demo_cli
 
     assert "--bases" in demo_cli._parser().format_help()
+
+
+def test_demo_lora_option_adds_the_lora_variants_beside_their_full_parameter_methods(capsys):
+    from tseeds_jax.demo.cli import _parser, configure
+    from tseeds_jax.demo.experiment import default_methods, rl_config
+
+    dc, err = configure(_parser().parse_args(["--lora", "--quick"]))
+    assert err is None
+    assert dc.methods == ("dapo", "ts_ratio", "ts_mixture", "ts_mixture_spread", "dapo_lora",
+                          "ts_ratio_lora")
+    methods = {m.name: m for m in default_methods()}
+    for full, lora in (("dapo", "dapo_lora"), ("ts_ratio", "ts_ratio_lora")):
+        cfg, _ = rl_config(dc, "/nonexistent/tok.model", "/nonexistent/run", 0, methods[lora])
+        ref, _ = rl_config(dc, "/nonexistent/tok.model", "/nonexistent/run", 0, methods[full])
+        assert cfg.lora.rank == 8 and ref.lora.rank == 0
+        assert cfg.optim.train_layers == "all" and ref.optim.train_layers == "head"
+        assert cfg.seeds == ref.seeds and (cfg.optim.lr, ref.optim.lr) == (1e-3, 1e-2)
+    assert cli.main(["demo", "--out", "/nonexistent", "--lora", "--methods", "ts_mixture"]) == 2
+    assert "has a LoRA variant" in capsys.readouterr().err

@@ -258,3 +258,28 @@ def test_report_over_bases_pairs_within_a_base_and_tests_across_bases(tmp_path):
     assert "across 3 bases" in verdict and "**not shown across bases**" in verdict
     # runs of three bases are not pooled as seeds of one experiment
     assert "Comparison: each method" not in text
+
+
+def test_report_over_bases_sets_lora_runs_beside_their_full_parameter_runs(tmp_path):
+    """LoRA ratio rule 30/50/70% against the full-parameter ratio rule's 40/40/70%: differences
+    -10, +10, 0 -> mean 0, sd 10, p = 1, above on 1 of 3 bases (closed forms, df 2)."""
+    import math
+
+    root = str(tmp_path)
+    for b, (d, r, lo) in enumerate(((0.2, 0.4, 0.3), (0.3, 0.4, 0.5), (0.4, 0.7, 0.7))):
+        _run(root, "dapo", "DAPO", 0, d, base=b)
+        _run(root, "ts_ratio", "RATIO", 0, r, base=b)
+        _run(root, "ts_ratio_lora", "RATIO LORA", 0, lo, base=b)
+        bdir = os.path.join(root, "base" if b == 0 else f"base{b}")
+        os.makedirs(bdir)
+        with open(os.path.join(bdir, "eval.json"), "w") as f:
+            json.dump({"n": 4, "avg_at_n": 0.1, "mean_length": 20.0, "num_problems": 10,
+                       "pass_at_k": {"1": 0.1}, "correct": [0] * 10}, f)
+    with open(os.path.join(root, "demo.json"), "w") as f:
+        json.dump({"methods": ["dapo", "ts_ratio", "ts_ratio_lora"], "baseline": "dapo"}, f)
+    text = open(write_report(root)).read()
+    half = 0.95 / math.sqrt(2 * 0.975 * 0.025) * 10 / math.sqrt(3)
+    line = next(x for x in text.splitlines() if x.startswith("- RATIO LORA vs RATIO (full"))
+    assert f"+0.0 points ± {half:.1f} (paired t over 3 bases, p = 1.00)" in line, line
+    assert "above it on 1 of 3 bases" in line
+    assert "DAPO (full" not in text  # no DAPO LoRA runs, no line for them

@@ -5,7 +5,8 @@ policy that is right sometimes but not always) once per base (--bases N: N warm 
 their own seeds; base 0 is the demo's one-base warm start), then trains on-policy DAPO and
 Thinking Seeds (ratio truncation; the adaptive mixture and mixture_spread selectors; with
 --methods also the first adaptive rule, entropy truncation, the mini-batched DAPO baseline and
-the peer restart methods prefixrl, questa, fr3e, cure: docs/restart_methods.md) from every base
+the peer restart methods prefixrl, questa, fr3e, cure: docs/restart_methods.md; with --lora
+also LoRA DAPO and LoRA Thinking Seeds beside their full-parameter runs) from every base
 for M training seeds each (default: 3 bases x 1 seed, ~20 min on an idle 2-core machine), on
 the default or the hard task (--task), evaluates everything on held-out problems (avg@n,
 pass@k, relay inference) and writes DIR/report.md with plots. Comparisons with DAPO are paired
@@ -52,7 +53,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--methods", default=None,
                    help="comma-separated methods to run (default dapo,ts_ratio,ts_mixture,"
                         "ts_mixture_spread; also: ts_adaptive, ts_entropy, dapo_minibatch and the "
-                        "peer restart methods prefixrl, questa, fr3e, cure)")
+                        "peer restart methods prefixrl, questa, fr3e, cure; LoRA: dapo_lora, "
+                        "ts_ratio_lora)")
+    p.add_argument("--lora", action="store_true",
+                   help="also run the LoRA variant (rank-8 adapters on a frozen base, "
+                        "docs/lora.md) of each chosen method that has one (dapo -> dapo_lora, "
+                        "ts_ratio -> ts_ratio_lora), beside its full-parameter run")
     return p
 
 
@@ -86,6 +92,15 @@ def configure(args):
             return None, (f"--methods={args.methods!r}: unknown {bad or 'empty list'}; "
                           f"known: {','.join(method_names())}")
         dc = dataclasses.replace(dc, methods=names)
+    if args.lora:
+        from tseeds_jax.demo.experiment import LORA_OF
+
+        extra = tuple(LORA_OF[m] for m in dc.methods if m in LORA_OF
+                      and LORA_OF[m] not in dc.methods)
+        if not extra and not any(m in LORA_OF.values() for m in dc.methods):
+            return None, (f"--lora: none of the methods {','.join(dc.methods)} has a LoRA "
+                          f"variant (those with one: {','.join(LORA_OF)})")
+        dc = dataclasses.replace(dc, methods=dc.methods + extra)
     if args.method_seeds is not None:
         pairs = []
         for item in (x.strip() for x in args.method_seeds.split(",") if x.strip()):

@@ -39,7 +39,7 @@ class Method:
 
 
 def default_methods() -> list[Method]:
-    return [
+    core = [
         Method("dapo", "On-policy DAPO", {"seeds.refresh_interval": 1}),
         Method("ts_ratio", "Thinking Seeds (ratio 0.5, T 8)",
                {"seeds.refresh_interval": 8, "seeds.truncation": "ratio", "seeds.ratio": 0.5}),
@@ -56,7 +56,21 @@ def default_methods() -> list[Method]:
                {"seeds.refresh_interval": 8, "seeds.truncation": "entropy", "seeds.top_k": 8}),
         Method("dapo_minibatch", "On-policy DAPO, 4 mini-batches",
                {"seeds.refresh_interval": 1, "optim.mini_batches": 4}),
-    ] + restart_methods()
+    ]
+    return core + restart_methods() + [lora_variant(m) for m in core if m.name in LORA_OF]
+
+
+# LoRA entries (`--lora`): the same method with rank-8 adapters on every projection of a frozen
+# base; adapters exist in every layer, so the whole model is adapted where the full-parameter
+# demo trains the head alone (config.lora refuses train_layers='head'). lr 1e-3, not the
+# head-only 1e-2: at 1e-2 both LoRA runs fell to 0% held-out pass@1 (docs/lora.md).
+DEMO_LORA = {"optim.train_layers": "all", "lora.rank": 8, "lora.alpha": 16.0, "optim.lr": 1e-3}
+LORA_OF = {"dapo": "dapo_lora", "ts_ratio": "ts_ratio_lora"}
+
+
+def lora_variant(m: Method) -> Method:
+    """Method `m` with LoRA (`tseeds demo --lora` adds these; docs/lora.md)."""
+    return Method(LORA_OF[m.name], f"{m.label}, LoRA rank 8", {**m.overrides, **DEMO_LORA})
 
 
 def restart_methods() -> list[Method]:
@@ -316,16 +330,37 @@ def run_one(dc: DemoConfig, tok_path: str, base_params, method: Method, seed: in
                             held_out=False)
     # The learner donates its state's buffers: give each run its own copy of the base params.
     own = jax.tree_util.tree_map(lambda x: x.copy(), base_params)
-    trainer = make_trainer(cfg, config_json=json.loads(cd.to_json_best_effort()),
-                           env_overrides={"params": own})
+    if cfg.lora.rank:  # adapters on the base: the base is the run's model, frozen
+        from flax import nnx
+
+        from tseeds_jax.model import init_model
+
+        shell = nnx.split(init_model(model_config(dc, evaluator.tok.vocab_size), seed=0))[0]
+        trainer = make_trainer(cfg, config_json=json.loads(cd.to_json_best_effort()),
+                               model=nnx.merge(shell, own))
+    else:
+        trainer = make_trainer(cfg, config_json=json.loads(cd.to_json_best_effort()),
+                               env_overrides={"params": own})
     trainer.env.prompts = PromptStream(train_src, evaluator.tok.encode, dc.prompt_width, seed=seed)
     graphdef = trainer.env.graphdef
+
+    def policy():
+        """(graphdef, params) of the current policy: a LoRA run's adapters merged into its base."""
+        if not cfg.lora.rank:
+            return graphdef, trainer.state.params
+        from flax import nnx
+
+        from tseeds_jax.model.lora import merge_lora
+
+        return nnx.split(merge_lora(nnx.merge(graphdef, trainer.state.params,
+                                              *trainer.env.frozen.states)))
+
     eval_steps = sorted({int(round(x)) for x in np.linspace(0, cfg.steps, dc.curve_points + 1)})
     curve = []
     tokens = [0]
 
     def record(step):
-        res = evaluator.curve((graphdef, trainer.state.params), seed=1000 + step,
+        res = evaluator.curve(policy(), seed=1000 + step,
                               cache_key=("base", base) if step == 0 else None)
         curve.append({"step": step, "generated_tokens": tokens[0], "avg": res.avg,
                       "correct": res.correct, "n": res.n})
@@ -344,10 +379,11 @@ def run_one(dc: DemoConfig, tok_path: str, base_params, method: Method, seed: in
     t0 = time.perf_counter()
     trainer.run(progress=progress)
     train_time = time.perf_counter() - t0
-    final = evaluator.final((graphdef, trainer.state.params), seed=7)
+    final_graphdef, final_params = policy()
+    final = evaluator.final((final_graphdef, final_params), seed=7)
     _write_json(os.path.join(run_dir, "eval_curve.json"), curve)
     out = final.to_json()
     out["train_seconds"] = train_time
     _write_json(os.path.join(run_dir, "eval.json"), out)
-    return {"final": final, "params": trainer.state.params, "graphdef": graphdef,
+    return {"final": final, "params": final_params, "graphdef": final_graphdef,
             "train_seconds": train_time, "run_dir": run_dir}

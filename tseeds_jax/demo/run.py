@@ -29,6 +29,7 @@ from tseeds_jax.demo.experiment import (
     train_tokenizer,
 )
 from tseeds_jax.demo.warmstart import SplitSource, warm_start
+from tseeds_jax.eval.bases_table import BASELINE  # the method every report compares with
 
 
 def make_base(dc: DemoConfig, tok, tok_path: str, evaluator: Evaluator, base: int, log=print):
@@ -137,7 +138,7 @@ def run_demo(dc: DemoConfig, *, command: str = "", log=print, resume: bool = Fal
                     avg, secs, new = r["final"].avg, time.perf_counter() - t_run, True
                     tqdm.write(f"[demo] {method.label} base {b} seed {seed}: held-out pass@1 "
                                f"{100 * avg:.1f}% ({secs:.0f}s)")
-                    if name == "dapo" and b == dc.bases[0] and first_dapo is None:
+                    if name == BASELINE and b == dc.bases[0] and first_dapo is None:
                         first_dapo = r
                 if record is not None:
                     record.add_run(name, b, seed, avg, rdir, secs)
@@ -173,7 +174,7 @@ def _demo_json(dc, command, methods, mcfg, tok, bases, timings) -> dict:
     seeds = {m: list(plan.seeds_of(m, dc.seeds, dict(dc.method_seeds), dc.minibatch_seeds))
              for m in names}
     return {
-        "command": command, "task": dc.task_name, "methods": names, "baseline": "dapo",
+        "command": command, "task": dc.task_name, "methods": names, "baseline": BASELINE,
         "fair_baseline": "dapo_minibatch", "bases": list(dc.bases), "seeds": seeds,
         # the recorded 5-seed values are of base 0 on one CPU: a run over several bases, or on
         # another CPU, is compared only within itself

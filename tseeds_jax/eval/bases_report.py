@@ -12,7 +12,7 @@ import json
 import math
 import os
 
-from tseeds_jax.eval import bases_table, plots
+from tseeds_jax.eval import bases_stats, bases_table, plots
 from tseeds_jax.eval.rundata import RunData, base_folder, per_base
 
 
@@ -105,15 +105,37 @@ def sections(root: str, methods: dict[str, list[RunData]], bases: list[int],
          "one-way random-effects ANOVA, for methods with 2 or more seeds per base.", ""]
         + md + ["", "![per base](plots/per_base.png)", "",
                 "One line per base: a method's pass@1 minus DAPO's on the same base; black: mean "
-                "over bases with its 95% t-interval.", ""] + verdicts(got, labels, n))
+                "over bases with its 95% t-interval.", ""] + verdicts(got, labels, n)
+        + lora_lines(values, labels))
     return out
+
+
+def lora_lines(values: dict, labels: dict[str, str]) -> list[str]:
+    """LoRA runs beside their full-parameter runs: the difference paired by base (not in the
+    Holm family above: a question of its own, asked per pair)."""
+    lines = []
+    pairs = [(k[:-len("_lora_pass1")], k[:-len("_pass1")]) for k in values
+             if k.endswith("_lora_pass1")]  # the demo's names: <method>_lora beside <method>
+    for full, lora in pairs:
+        a, b = values.get(f"{lora}_pass1"), values.get(f"{full}_pass1")
+        if a is None or b is None:
+            continue
+        r = bases_stats.paired(a["value"], b["value"])
+        if r["n"] == 0:
+            continue
+        spread = ("no test (one base)" if not math.isfinite(r["p"])
+                  else f"± {r['half']:.1f} (paired t over {r['n']} bases, p = {r['p']:.2f})")
+        lines.append(f"- {labels.get(lora, lora)} vs {labels.get(full, full)} (full parameters): "
+                     f"{r['mean']:+.1f} points {spread}; above it on {r['above']} of {r['n']} "
+                     "bases.")
+    return lines + [""] if lines else []
 
 
 def verdicts(got: dict, labels: dict[str, str], n: int) -> list[str]:
     """One sentence per method against DAPO: the effect across bases and on how many bases."""
     lines = []
     for (m, against), r in got["acc"].items():
-        if against != "dapo" or r["n"] == 0:
+        if against != bases_table.BASELINE or r["n"] == 0:
             continue
         if not math.isfinite(r["p"]):
             lines.append(f"- {labels.get(m, m)} vs {labels.get('dapo', 'dapo')}: "

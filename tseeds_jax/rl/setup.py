@@ -258,8 +258,9 @@ def make_reward_fn(name: str):
     return reward_fn
 
 
-def build_env(cfg: TrainConfig, *, checkpointer=None) -> tuple[TrainEnv, Any]:
-    """(env, tokenizer)."""
+def build_env(cfg: TrainConfig, *, checkpointer=None, model=None) -> tuple[TrainEnv, Any]:
+    """(env, tokenizer). model: the run's starting `Transformer` instead of `config.model.init`
+    (the demo's base policies, already in memory; a LoRA run adapts it)."""
     from tseeds_jax.rewards import health, sandbox
 
     sandbox.configure(allow_weak_isolation=cfg.sandbox_allow_weak_isolation,
@@ -268,7 +269,11 @@ def build_env(cfg: TrainConfig, *, checkpointer=None) -> tuple[TrainEnv, Any]:
         health.preflight()  # a sandbox that refuses to grade stops the run before its first step
     source = build_source(cfg)
     tok = build_tokenizer(cfg, source)
-    model = build_model(cfg, tok.vocab_size)
+    if model is None:
+        model = build_model(cfg, tok.vocab_size)
+    elif model.cfg.vocab_size < tok.vocab_size:
+        raise ConfigValueError(f"the given model's vocab_size={model.cfg.vocab_size} is smaller "
+                               f"than the tokenizer's {tok.vocab_size}")
     frozen = None
     if cfg.lora.rank:  # adapters on the loaded base; the train state holds only them
         graphdef, params, frozen = adapters_lib.split(
@@ -377,12 +382,13 @@ def build_mesh(cfg: TrainConfig):
 
 
 def make_trainer(cfg: TrainConfig, *, config_json: dict | None = None, checkpoints: bool = True,
-                 env_overrides: dict | None = None, lag: int | None = None) -> Trainer:
+                 env_overrides: dict | None = None, lag: int | None = None,
+                 model=None) -> Trainer:
     """A ready-to-run `Trainer`. lag: M2PO's lag machinery with this many steps instead of
-    `stale.steps` (tests run it with lag 0)."""
+    `stale.steps` (tests run it with lag 0). model: the starting `Transformer` (`build_env`)."""
     compat.check(cfg, hosts=jax.process_count())  # the combination table, with the hosts
     mesh = build_mesh(cfg)
-    env, _ = build_env(cfg)
+    env, _ = build_env(cfg, model=model)
     if checkpoints:
         env.checkpointer = RunCheckpointer(cfg.run_dir, keep_last=cfg.keep_checkpoints,
                                            response_width=cfg.rollout.max_response_len,
