@@ -237,3 +237,18 @@ def test_rl_reaches_into_no_private_name():
     found = {f"{p.relative_to(ROOT)}:{line}": what for p in sorted(RL.rglob("*.py"))
              for line, what in _private_uses(p)}
     assert not found, f"private names used across modules or objects: {found}"
+
+
+def test_one_default_sampler_slot_rule():
+    """Runs, occupancy metrics, `tseeds plan` and `tseeds compile` size a call's decode slots by
+    one rule (`decode_layout.default_slots`), so a planned layout is the one a run gets."""
+    import re
+
+    from tseeds_jax.decode_layout import MAX_DEFAULT_SLOTS, default_slots
+
+    assert [default_slots(n) for n in (0, 1, 2, 3, 8, 9, 300)] == [1, 1, 2, 4, 8, 16, 256]
+    assert MAX_DEFAULT_SLOTS == 256
+    again = re.compile(r"min\(\s*(256|MAX_DEFAULT_SLOTS)\s*,")
+    hits = [str(p.relative_to(ROOT)) for p in (ROOT / PKG).rglob("*.py")
+            if p.name != "decode_layout.py" and again.search(p.read_text())]
+    assert not hits, f"a second slot-default rule in {hits}"

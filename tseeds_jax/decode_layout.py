@@ -32,6 +32,15 @@ import math
 
 from tseeds_jax.chips import FIT_FRACTION
 
+# Decode slots of a sampler call without `num_slots` (config.hardware.sampler_slots = 0): the
+# one rule the driver, the occupancy metrics, `tseeds plan` and `tseeds compile` share.
+MAX_DEFAULT_SLOTS = 256
+
+
+def default_slots(n_requests: int) -> int:
+    """The next power of two >= the requests, at most MAX_DEFAULT_SLOTS."""
+    return min(MAX_DEFAULT_SLOTS, 1 << (max(n_requests, 1) - 1).bit_length())
+
 # Memory a decode call may use on a device is this share of what is free after the weights:
 # the rest covers the prefill's activations, the output buffers and allocator fragmentation.
 MEMORY_SHARE = 0.85

@@ -28,6 +28,7 @@ import numpy as np
 from flax import nnx
 
 import tseeds_jax.sampling.core as core
+from tseeds_jax.decode_layout import MAX_DEFAULT_SLOTS, default_slots  # noqa: F401
 from tseeds_jax.model import Transformer
 from tseeds_jax.sampling.placement import SamplerShardings, fetch, params_mesh
 from tseeds_jax.sampling.strategies import make_strategy
@@ -60,15 +61,6 @@ class _Request:
 # A module's pytree structure -> (ModelDef, structure of its params State); see split_model.
 _SPLITS: collections.OrderedDict = collections.OrderedDict()
 _SPLITS_MAX = 16
-
-
-MAX_DEFAULT_SLOTS = 256
-
-
-def default_slots(n_requests: int) -> int:
-    """Decode slots of a call without `num_slots`: the next power of two >= the requests, at
-    most MAX_DEFAULT_SLOTS (the one rule; occupancy metrics and `tseeds plan` read it)."""
-    return min(MAX_DEFAULT_SLOTS, 1 << (max(n_requests, 1) - 1).bit_length())
 
 
 def split_model(model):

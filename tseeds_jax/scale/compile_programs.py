@@ -33,6 +33,7 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import NamedSharding, PartitionSpec, SingleDeviceSharding
 
+from tseeds_jax.decode_layout import default_slots
 from tseeds_jax.model import sharding as shd
 from tseeds_jax.scale.compile_common import Program, abstract, cast_tree, device_bytes
 from tseeds_jax.scale.compile_common import sds as _sds
@@ -297,7 +298,7 @@ def sampler_shapes(t: CompileTarget) -> dict[str, int]:
                                                           max(choice.fit, 1)) * shards
         extra = dict(tensor=choice.layout.tensor, choice=choice, onpolicy_slots=min(on, slots))
     else:
-        slots = cfg.hardware.sampler_slots or min(256, pow2_at_least(requests))
+        slots = cfg.hardware.sampler_slots or default_slots(requests)
         shards = t.batch_shards if sharded else 1
     slots = -(-slots // shards) * shards
     seed_max = 0

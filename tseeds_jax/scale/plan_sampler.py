@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from tseeds_jax.decode_layout import default_slots
 from tseeds_jax.scale.plan_common import (
     adapter_layout,
     attention_kind,
@@ -161,7 +162,7 @@ def sampler_memory(w, lay, dtype_bytes, hbm_bytes=None) -> SamplerMemory:
     pb, a, sb = (dtype_bytes[x] for x in (m.param_dtype, m.dtype, w.sampler_dtype))
     sharded = w.sampler_placement == "sharded"
     requests = sampler_requests(w)
-    slots = w.sampler_slots or min(256, pow2_at_least(requests))
+    slots = w.sampler_slots or default_slots(requests)
     if sharded:
         shards = sizes["data"] * sizes["fsdp"]  # "cache_batch"
         slots = -(-slots // shards) * shards  # the driver rounds slots up to whole rows per device

@@ -14,7 +14,7 @@ model; the step times on top are *estimates*.
   `_decode_one` reads `write_B + 1` positions of every slot), so its cache is still read. The
   learner waits for the last token.
 * async under the runtime's rule (`step_runtime.async_runtime`, the headline "async"): the
-  pool of rl/partial.py simulated call by call, with the staleness bound enforced as the
+  pool of rl/rollout/pool.py simulated call by call, with the staleness bound enforced as the
   runtime enforces it: a response of a group admitted `max_staleness` steps ago decodes to its
   end in the step's call (forced), the others at most C tokens (or, by default, until the last
   forced one ends), further calls force the oldest groups when fewer than B are complete. The
@@ -179,7 +179,8 @@ def async_steady(lengths: Sequence[int], cost: DecodeCost, prompt_len: int,
 
 def estimate(lengths: Sequence[int], cost: DecodeCost, *, prompt_len: int, update_s: float,
              chips: int, prefill_s_per_token: float = 0.0, sync_s: float = 0.0,
-             budget_tokens: float | None = None, reprefill: bool = True, max_staleness: int = 1,
+             budget_tokens: float | None = None, reprefill: bool = True,
+             max_staleness: int | None = None,
              replicas: int = 1, placement: str = "interleaved", group_size: int = 1,
              partial_tokens: int | None = None, interrupt: bool = True) -> dict:
     """Sync and async step time, tokens/s/chip and speed-up for one step's responses.
@@ -189,9 +190,14 @@ def estimate(lengths: Sequence[int], cost: DecodeCost, *, prompt_len: int, updat
     steady-state model without the bound (`async_steady`, every slot busy), with the share of
     its responses older than allowed. `replicas`: the decode layout's replicas (the split
     placement gives the sampler r of them; generated one step ahead, its pool's own bound is
-    max_staleness - 1, as in rl/partial.py); `placement`: which async estimate is the headline
-    ("interleaved" or "split")."""
+    max_staleness - 1, as in rl/rollout/pool.py); `placement`: which async estimate is the headline
+    ("interleaved" or "split"). max_staleness: None = the runs' default (`config.stale`)."""
     from tseeds_jax.scale.step_runtime import async_runtime
+
+    if max_staleness is None:
+        from tseeds_jax.rl.config.sections import StaleConfig
+
+        max_staleness = StaleConfig.max_staleness
 
     if placement not in PLACEMENTS:
         raise ValueError(f"placement={placement!r}: expected one of {PLACEMENTS}")

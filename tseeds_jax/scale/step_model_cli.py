@@ -76,7 +76,8 @@ def main(argv: list[str]) -> int:
     ap.add_argument("--note", default="", help="the record's note: where given update times "
                     "come from")
     ap.add_argument("--length-distribution", default=None)
-    ap.add_argument("--max-staleness", type=int, default=1)
+    ap.add_argument("--max-staleness", type=int, default=None,
+                    help="the staleness bound (default: the runs' config.stale.max_staleness)")
     ap.add_argument("--group-size", type=int, default=8,
                     help="G: a group is trained when all its G responses finished (default 8)")
     ap.add_argument("--partial-tokens", type=int, default=None)

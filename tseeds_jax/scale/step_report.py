@@ -56,7 +56,7 @@ def step_params(fv, config=None) -> dict:
     """The knobs from the flags; a flag left unset reads the config (`stale.max_staleness`)."""
     staleness = fv.max_staleness
     if staleness is None:
-        staleness = int(config.stale.max_staleness) if config is not None else 1
+        staleness = int(config.stale.max_staleness) if config is not None else None
     chunk = fv.partial_tokens
     if chunk is None and config is not None:
         chunk = int(config.stale.partial_tokens) or None

@@ -1,10 +1,10 @@
-"""The asynchronous step under the runtime's staleness rule (rl/partial.py), simulated call by call.
+"""The asynchronous step under the runtime's staleness rule (rl/rollout/pool.py), call by call.
 
 Letters: B groups trained per step, G responses per group, C = `chunk` (new tokens a response
 may decode per step), s = `max_staleness`, P the prompt width.
 
 `step_model.async_steady` keeps every slot busy and only reports how many responses outlive
-the bound. The runtime enforces it (rl/partial.py, `PartialRollouts.next_batch`), and this
+the bound. The runtime enforces it (rl/rollout/pool.py, `PartialRollouts.next_batch`), and this
 module models what that costs:
   1. admit: new groups while the pool holds fewer than B (s + 1) and fewer than B (k + 1 + s)
      were admitted over the run;

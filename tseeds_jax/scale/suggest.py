@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 
+from tseeds_jax.decode_layout import default_slots
 from tseeds_jax.scale import plan as plan_lib
 from tseeds_jax.scale.plan import MemoryPlan, Workload
-from tseeds_jax.scale.plan_sampler import num_hosts, pow2_at_least, sampler_requests
+from tseeds_jax.scale.plan_sampler import num_hosts, sampler_requests
 
 
 @dataclasses.dataclass(frozen=True)
@@ -54,7 +55,7 @@ def _candidates(w: Workload):
     if w.sampler_dtype == "float32" and m.param_dtype == "float32":
         out.append(("--config.model.sampler_dtype=bfloat16", "sample with bfloat16 weights",
                     w.replace(sampler_dtype="bfloat16")))
-    slots = w.sampler_slots or min(256, pow2_at_least(sampler_requests(w)))
+    slots = w.sampler_slots or default_slots(sampler_requests(w))
     if slots > 8:
         out.append((f"--config.hardware.sampler_slots={slots // 2}",
                     "fewer concurrent decode slots (smaller KV cache, slower rollouts)",

@@ -10,9 +10,9 @@ from typing import Any
 
 import numpy as np
 
+from tseeds_jax.decode_layout import default_slots
 from tseeds_jax.rl.rollout.samples import Sample
 from tseeds_jax.rl.run import hosts as hosts_lib
-from tseeds_jax.sampling.driver import default_slots
 
 
 def gather_samples(samples, hosts):
