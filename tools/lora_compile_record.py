@@ -64,7 +64,9 @@ def variant(folder: str, tag: str) -> tuple[dict, list]:
             vals[f"{ph}_peak_gib"] = {"value": round(peaks[ph] / GIB, 2), "unit": "GiB per device"}
     fits = all(v <= usable for v in peaks.values()) and all(
         not d["failures"] for d in parts.values() if d is not None)
-    vals["fits"] = {"value": "yes" if fits else "no", "unit": ""}
+    missing = [ph for ph in ("learner", "stats", "sampler") if ph not in peaks]
+    verdict = "no" if not fits else "yes" if not missing else f"yes ({'/'.join(missing)} not compiled)"
+    vals["fits"] = {"value": verdict, "unit": ""}
     upd = _prog(learner, "learner_update")
     if upd is not None:
         vals["update_bound_s"] = {"value": round(_time(learner, upd), 2), "unit": "s"}
@@ -81,9 +83,9 @@ def variant(folder: str, tag: str) -> tuple[dict, list]:
         vals["decode_layout"] = {"value": f"{lay.get('replicas')} x tensor {lay.get('tensor')}, "
                                           f"{lay.get('slots_per_replica')} slots", "unit": ""}
     row = [tag.replace("v5p8", "v5p-8").replace("v6e8", "v6e-8"), s["devices"],
-           f"{peaks.get('learner', 0) / GIB:.1f}", f"{peaks.get('stats', 0) / GIB:.1f}",
-           f"{peaks.get('sampler', 0) / GIB:.1f}", f"{usable / GIB:.1f}",
-           "yes" if fits else "**no**",
+           *(f"{peaks[ph] / GIB:.1f}" if ph in peaks else "not compiled"
+             for ph in ("learner", "stats", "sampler")), f"{usable / GIB:.1f}",
+           verdict if fits else "**no**",
            f"{vals['update_bound_s']['value']:.2f}" if upd else "-",
            f"{vals['decode_step_ms']['value']:.1f}" if step else "-"]
     return {f"{tag}_{k}": v for k, v in vals.items()}, row
