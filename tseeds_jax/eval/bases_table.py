@@ -24,7 +24,9 @@ LABELS = {"dapo": "On-policy DAPO", "ts_ratio": "Thinking Seeds (ratio 0.5, T 8)
           "ts_mixture_spread": "Thinking Seeds, `mixture_spread`",
           "ts_adaptive": "Thinking Seeds, first adaptive rule", "ts_entropy": "Thinking Seeds, "
           "entropy rule", "dapo_minibatch": "On-policy DAPO, 4 mini-batches",
-          "prefixrl": "PrefixRL", "questa": "QuestA", "fr3e": "FR3E", "cure": "CURE"}
+          "prefixrl": "PrefixRL", "questa": "QuestA", "fr3e": "FR3E", "cure": "CURE",
+          "dapo_lora": "On-policy DAPO, LoRA rank 8",
+          "ts_ratio_lora": "Thinking Seeds (ratio 0.5, T 8), LoRA rank 8"}
 BASELINE, REFERENCE = "dapo", "ts_ratio"
 _SUFFIX = "_pass1"
 
