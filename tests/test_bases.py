@@ -188,3 +188,17 @@ def test_series_design_and_its_plan():
     assert default.method_seeds == () and default.out == os.path.join("runs/x", "default")
     with pytest.raises(ValueError, match="task 'nope'"):
         series.config("nope", 5, "x")
+
+
+def test_equal_differences_on_every_base_give_no_test():
+    """Two bases both +0.39 (rounded record values): no spread to test against, so no p-value and
+    nothing for Holm to keep; one nonzero spread gives the Student t of the closed form."""
+    import math
+
+    from tseeds_jax.eval import bases_stats
+
+    r = bases_stats.t_test([0.39, 0.39])
+    assert r["n"] == 2 and r["mean"] == 0.39 and math.isnan(r["p"])
+    assert bases_stats.holm([r["p"], 0.01]) == [False, True]
+    r = bases_stats.t_test([1.0, 3.0])  # mean 2, sd sqrt(2), t = 2 with 1 df: p = 1 - 2 atan(2) / pi
+    assert abs(r["p"] - (1 - 2 * math.atan(2.0) / math.pi)) < 1e-12

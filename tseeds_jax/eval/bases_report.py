@@ -138,8 +138,10 @@ def verdicts(got: dict, labels: dict[str, str], n: int) -> list[str]:
         if against != bases_table.BASELINE or r["n"] == 0:
             continue
         if not math.isfinite(r["p"]):
+            where = ("on the one base with both" if r["n"] == 1 else
+                     f"on each of the {r['n']} bases with both (no spread)")
             lines.append(f"- {labels.get(m, m)} vs {labels.get('dapo', 'dapo')}: "
-                         f"{r['mean']:+.1f} points on the one base with both; no test.")
+                         f"{r['mean']:+.1f} points {where}; no test.")
             continue
         lines.append(
             f"- {labels.get(m, m)} vs {labels.get('dapo', 'dapo')}: {r['mean']:+.1f} ± "

@@ -40,7 +40,9 @@ def base_means(per_base) -> list[float | None]:
 
 def t_test(diffs) -> dict[str, float]:
     """One-sample two-sided Student t of `diffs` against 0: {"n", "mean", "half" (95%), "p",
-    "sd"}; half and p are nan with fewer than 2 values, p is 1 (mean 0) or 0 with zero spread."""
+    "sd"}; half and p are nan with fewer than 2 values, and p is nan with zero spread: records
+    keep 0.01 points, so equal differences on every base are a tie of rounded values, not a
+    spread of zero (a test would call any such mean certain)."""
     from scipy import stats
 
     d = np.asarray([x for x in diffs if x is not None], np.float64)
@@ -55,7 +57,7 @@ def t_test(diffs) -> dict[str, float]:
     se = sd / math.sqrt(n)
     half = float(stats.t.ppf(0.975, n - 1) * se)
     if se == 0:
-        p = 1.0 if mean == 0 else 0.0
+        p = float("nan")
     else:
         p = float(2 * stats.t.sf(abs(mean) / se, n - 1))
     return {"n": n, "mean": mean, "half": half, "p": p, "sd": sd}

@@ -52,7 +52,8 @@ def _diff(r: dict | None) -> str:
     if r is None or r["n"] == 0:
         return "—"
     if not math.isfinite(r["p"]):
-        return f"{r['mean']:+.1f} (1 base)"
+        return (f"{r['mean']:+.1f} (1 base)" if r["n"] == 1 else
+                f"{r['mean']:+.1f} (the same on all {r['n']} bases: no test)")
     mark = "**" if r["holm"] else ""
     return (f"{mark}{r['mean']:+.1f} ± {r['half']:.1f} ({_p(r['p'])}; "
             f"Holm: {'yes' if r['holm'] else 'no'}){mark}")
