@@ -79,8 +79,11 @@ def _leftovers(uid: int | None) -> list[int]:
         if not p.name.isdigit() or int(p.name) == os.getpid():
             continue
         try:
-            u = int((p / "status").read_text().split("Uid:")[1].split()[0])
+            status = (p / "status").read_text()
+            u = int(status.split("Uid:")[1].split()[0])
         except (OSError, IndexError):
+            continue
+        if "\nState:\tZ" in status:  # exited, waiting for its parent to reap it: runs nothing
             continue
         if (UID_BASE <= u < UID_BASE + (1 << 22)) if uid is None else u == uid:
             out.append(int(p.name))
