@@ -11,6 +11,7 @@ from tseeds_jax.eval.report import SECTIONS
 
 
 @pytest.mark.slow
+@pytest.mark.default_codegen  # 12 RL runs and their evaluations: run time, not compile time, dominates
 def test_demo_quick_writes_report_and_checkpoints_evaluate(tmp_path, capsys):
     out = str(tmp_path / "demo")
     small = ["--warm-steps", "60", "--rl-steps", "4"]  # the code paths, not the learning
