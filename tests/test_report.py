@@ -231,23 +231,30 @@ def test_a_recorded_difference_held_only_where_holm_keeps_it_in_the_recorded_fam
     assert "(p=0.00; Holm: yes)" in mix and mix.endswith("it held.")
 
 
-def test_report_over_bases_pairs_within_a_base_and_tests_across_bases(tmp_path):
-    """Three bases, one seed each: DAPO 20/30/40%, the ratio rule 40/40/70% -> differences 20,
-    10, 30 points: mean 20, sd 10, t = 2 sqrt(3) with 2 degrees of freedom (closed forms)."""
-    import math
-
-    root = str(tmp_path)
-    for b, (d, r) in enumerate(((0.2, 0.4), (0.3, 0.4), (0.4, 0.7))):
-        _run(root, "dapo", "DAPO", 0, d, base=b)
-        _run(root, "ts_ratio", "RATIO", 0, r, base=b)
+def _bases_demo(root, methods, per_base):
+    """A demo folder over bases: `methods` [(name, label)], per_base [(value per method)] of each
+    base (one seed each), every base's own evaluation at 10%."""
+    for b, values in enumerate(per_base):
+        for (name, label), acc in zip(methods, values, strict=True):
+            _run(root, name, label, 0, acc, base=b)
         bdir = os.path.join(root, "base" if b == 0 else f"base{b}")
         os.makedirs(bdir)
         with open(os.path.join(bdir, "eval.json"), "w") as f:
             json.dump({"n": 4, "avg_at_n": 0.1, "mean_length": 20.0, "num_problems": 10,
                        "pass_at_k": {"1": 0.1}, "correct": [0] * 10}, f)
     with open(os.path.join(root, "demo.json"), "w") as f:
-        json.dump({"methods": ["dapo", "ts_ratio"], "baseline": "dapo"}, f)
-    text = open(write_report(root)).read()
+        json.dump({"methods": [n for n, _ in methods], "baseline": "dapo"}, f)
+    return open(write_report(root)).read()
+
+
+def test_report_over_bases_pairs_within_a_base_and_tests_across_bases(tmp_path):
+    """Three bases, one seed each: DAPO 20/30/40%, the ratio rule 40/40/70% -> differences 20,
+    10, 30 points: mean 20, sd 10, t = 2 sqrt(3) with 2 degrees of freedom (closed forms)."""
+    import math
+
+    root = str(tmp_path)
+    text = _bases_demo(root, [("dapo", "DAPO"), ("ts_ratio", "RATIO")],
+                       [(0.2, 0.4), (0.3, 0.4), (0.4, 0.7)])
     half = 0.95 / math.sqrt(2 * 0.975 * 0.025) * 10 / math.sqrt(3)
     p = 2 * (0.5 - 2 * math.sqrt(3) / (2 * math.sqrt(12 + 2)))
     row = next(x for x in text.splitlines() if x.startswith("| Thinking Seeds (ratio"))
@@ -265,19 +272,9 @@ def test_report_over_bases_sets_lora_runs_beside_their_full_parameter_runs(tmp_p
     -10, +10, 0 -> mean 0, sd 10, p = 1, above on 1 of 3 bases (closed forms, df 2)."""
     import math
 
-    root = str(tmp_path)
-    for b, (d, r, lo) in enumerate(((0.2, 0.4, 0.3), (0.3, 0.4, 0.5), (0.4, 0.7, 0.7))):
-        _run(root, "dapo", "DAPO", 0, d, base=b)
-        _run(root, "ts_ratio", "RATIO", 0, r, base=b)
-        _run(root, "ts_ratio_lora", "RATIO LORA", 0, lo, base=b)
-        bdir = os.path.join(root, "base" if b == 0 else f"base{b}")
-        os.makedirs(bdir)
-        with open(os.path.join(bdir, "eval.json"), "w") as f:
-            json.dump({"n": 4, "avg_at_n": 0.1, "mean_length": 20.0, "num_problems": 10,
-                       "pass_at_k": {"1": 0.1}, "correct": [0] * 10}, f)
-    with open(os.path.join(root, "demo.json"), "w") as f:
-        json.dump({"methods": ["dapo", "ts_ratio", "ts_ratio_lora"], "baseline": "dapo"}, f)
-    text = open(write_report(root)).read()
+    text = _bases_demo(str(tmp_path), [("dapo", "DAPO"), ("ts_ratio", "RATIO"),
+                                       ("ts_ratio_lora", "RATIO LORA")],
+                       [(0.2, 0.4, 0.3), (0.3, 0.4, 0.5), (0.4, 0.7, 0.7)])
     half = 0.95 / math.sqrt(2 * 0.975 * 0.025) * 10 / math.sqrt(3)
     line = next(x for x in text.splitlines() if x.startswith("- RATIO LORA vs RATIO (full"))
     assert f"+0.0 points ± {half:.1f} (paired t over 3 bases, p = 1.00)" in line, line

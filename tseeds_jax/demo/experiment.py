@@ -315,8 +315,9 @@ def run_identity(dc: DemoConfig, method: Method, base_avg: float, base: int = 0)
 
 def run_one(dc: DemoConfig, tok_path: str, base_params, method: Method, seed: int,
             evaluator: Evaluator, bar=None, identity: dict | None = None,
-            base: int = 0) -> dict[str, Any]:
-    """One RL run from base policy `base`; writes its folder and returns its final evaluation."""
+            base: int = 0, base_graphdef=None) -> dict[str, Any]:
+    """One RL run from base policy `base`; writes its folder and returns its final evaluation.
+    base_graphdef: the base's graph (needed by LoRA runs, which adapt the base model itself)."""
     from tseeds_jax.rl.setup import PromptStream, make_trainer
 
     run_dir = plan.run_dir(dc.out, method.name, base, seed)
@@ -333,11 +334,8 @@ def run_one(dc: DemoConfig, tok_path: str, base_params, method: Method, seed: in
     if cfg.lora.rank:  # adapters on the base: the base is the run's model, frozen
         from flax import nnx
 
-        from tseeds_jax.model import init_model
-
-        shell = nnx.split(init_model(model_config(dc, evaluator.tok.vocab_size), seed=0))[0]
         trainer = make_trainer(cfg, config_json=json.loads(cd.to_json_best_effort()),
-                               model=nnx.merge(shell, own))
+                               model=nnx.merge(base_graphdef, own))
     else:
         trainer = make_trainer(cfg, config_json=json.loads(cd.to_json_best_effort()),
                                env_overrides={"params": own})

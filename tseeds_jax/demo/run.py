@@ -134,7 +134,7 @@ def run_demo(dc: DemoConfig, *, command: str = "", log=print, resume: bool = Fal
                 else:
                     t_run = time.perf_counter()
                     r = run_one(dc, tok_path, base["params"], method, seed, evaluator, bar,
-                                identity, base=b)
+                                identity, base=b, base_graphdef=base["model"][0])
                     avg, secs, new = r["final"].avg, time.perf_counter() - t_run, True
                     tqdm.write(f"[demo] {method.label} base {b} seed {seed}: held-out pass@1 "
                                f"{100 * avg:.1f}% ({secs:.0f}s)")
