@@ -6,13 +6,16 @@ import os
 os.environ.setdefault("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in os.environ["XLA_FLAGS"]:
     os.environ["XLA_FLAGS"] += " --xla_force_host_platform_device_count=8"
-# The suite compiles thousands of small CPU programs, and LLVM's optimisation passes were most of
-# their compile time: without them a trainer test takes half as long (docs/decisions.md). XLA's
-# own HLO passes (fusion, layout, sharding) still run; the programs' numbers are checked against
-# the same references with the same tolerances. Subprocess tests inherit the flag. Tests marked
-# `default_codegen` (a check whose tolerance was set for the default machine code) run again in
-# a process of their own without it (`pytest_pyfunc_call` below).
-FAST_CODEGEN = "--xla_backend_optimization_level=0"
+# The suite compiles thousands of small CPU programs, and compiling them was most of its time:
+# tests/xla_env.py's flags (no LLVM optimisation passes, the older fusion emitters) compile a
+# trainer test in about a quarter of the default time (docs/decisions.md). XLA's own HLO passes
+# (fusion, layout, sharding) still run; the programs' numbers are checked against the same
+# references with the same tolerances. Child processes get the flags from
+# `tests.xla_env.child_xla_flags`. Tests marked `default_codegen` (a check whose exactness holds
+# for the default machine code) run again in a process of their own without them
+# (`pytest_pyfunc_call` below).
+from tests.xla_env import FAST_CODEGEN  # noqa: E402
+
 if "xla_backend_optimization_level" not in os.environ["XLA_FLAGS"] and not os.environ.get(
         "TSEEDS_DEFAULT_CODEGEN"):
     os.environ["XLA_FLAGS"] += " " + FAST_CODEGEN
@@ -70,3 +73,21 @@ def pytest_pyfunc_call(pyfuncitem):
     assert res.returncode == 0, (f"{pyfuncitem.nodeid} at the default code generation:\n"
                                  + (res.stdout + res.stderr)[-6000:])
     return True
+
+
+# The files that take longest (seconds of one worker on the 2-core CI machine, measured with
+# `--durations=0` in December 2026), heaviest first. xdist hands out whole files (`--dist
+# loadfile`) in collection order (`--no-loadscope-reorder`): sent first, they run side by side
+# and the suite ends on short files, not on one worker still running a 3-minute file while the
+# other waits. A stale list costs minutes, never a result.
+HEAVY_FILES = ("test_demo.py", "test_multihost.py", "test_wheel_install.py", "test_grad_accum.py",
+               "test_preemption_kill.py", "test_doc_commands.py", "test_family_trainer.py",
+               "test_grading_integrity.py", "test_compile_tpu.py", "test_lora_resume.py",
+               "test_sandbox.py", "test_async_preemption.py", "test_kv_int8.py", "test_lora.py",
+               "test_sampling_sharded.py", "test_grading_issue45.py", "test_attention_tpu.py",
+               "test_async_trainer.py", "test_routes.py", "test_train_cli.py", "test_plan.py")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(HEAVY_FILES)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(HEAVY_FILES)))  # stable

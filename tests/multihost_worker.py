@@ -18,7 +18,9 @@ import sys
 import zlib
 
 SPEC = json.loads(sys.argv[3]) if len(sys.argv) > 3 else {}
-os.environ["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={SPEC.get('devices', 1)}"
+from tests.xla_env import child_xla_flags  # noqa: E402
+
+os.environ["XLA_FLAGS"] = child_xla_flags(SPEC.get("devices", 1))
 os.environ["JAX_PLATFORMS"] = "cpu"
 
 from tseeds_jax.rl.run.hosts import maybe_initialize_distributed  # noqa: E402

@@ -44,6 +44,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.xla_env import child_xla_flags
+
 ROOT = Path(__file__).resolve().parents[1]
 SHELL_INFOS = frozenset({"bash", "sh", "shell", "console"})
 MARKERS = frozenset({"manual", "output", "file", "ci"})
@@ -226,7 +228,7 @@ _IGNORE = shutil.ignore_patterns(".git", "runs", "dist", "build", "out", ".venv"
 
 def _user_env() -> dict[str, str]:
     env = dict(os.environ)
-    env.pop("XLA_FLAGS", None)  # conftest's 8 emulated devices are the tests', not a user's
+    env["XLA_FLAGS"] = child_xla_flags()  # conftest's 8 emulated devices are the tests', not a user's
     env["JAX_PLATFORMS"] = "cpu"
     env["PATH"] = os.path.dirname(sys.executable) + os.pathsep + env.get("PATH", "")
     env["PYTHONDONTWRITEBYTECODE"] = "1"

@@ -61,6 +61,9 @@ def model_and_tokens():
     return model, tokens
 
 
+# Bitwise equality holds for the default CPU code generation; the suite's faster one
+# (tests/xla_env.py) fuses the recomputed forward differently (grads ~4e-5 relative apart).
+@pytest.mark.default_codegen
 def test_remat_gives_identical_logits_and_grads(model_and_tokens):
     model, tokens = model_and_tokens
     remat = _with_cfg(model, CFG.replace(remat=True))

@@ -14,6 +14,8 @@ import time
 import numpy as np
 import pytest
 
+from tests.xla_env import child_xla_flags
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
@@ -26,6 +28,7 @@ def _free_port():
 def _env(**extra):
     env = {k: v for k, v in os.environ.items() if not k.startswith(("TSEEDS_", "XLA_"))}
     env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    env["XLA_FLAGS"] = child_xla_flags()  # the worker adds its device count
     env.update(extra)
     return env
 

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 from tests.test_preemption import read_scalars
+from tests.xla_env import child_xla_flags
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STEPS = 8
@@ -61,7 +62,7 @@ class Proc:
         """args: `tseeds train`'s arguments (default: `_args(run_dir)`)."""
         full = {k: v for k, v in os.environ.items() if not k.startswith(("TSEEDS_", "XLA_"))}
         full.update(JAX_PLATFORMS="cpu", PYTHONPATH=ROOT,
-                    XLA_FLAGS="--xla_force_host_platform_device_count=1",
+                    XLA_FLAGS=child_xla_flags(devices=1),
                     JAX_COMPILATION_CACHE_DIR=str(cache_dir),
                     JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS="0",
                     JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES="0")

@@ -9,6 +9,7 @@ import sys
 import grpc
 import pytest
 
+from tests.xla_env import child_xla_flags
 from tseeds_jax.sampling import generate
 from tseeds_jax.sampling.engine import TSeedsEngine
 from tseeds_jax.sampling.jetstream_compat import jetstream_pb2, jetstream_pb2_grpc
@@ -57,7 +58,7 @@ def test_grpc_decode_equals_offline_driver():
 def test_serve_cli_subprocess(tmp_path):
     port = _free_port()
     log = open(tmp_path / "serve.log", "w")  # a file, not a pipe: a full pipe would block it
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="")
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=child_xla_flags())
     proc = subprocess.Popen([sys.executable, "-m", "tseeds_jax.cli", "serve", "--random-tiny",
                              "--port", str(port), "--slots", "2", "--max-prefill-length", "16",
                              "--max-new-tokens", "8"], env=env, stdout=log,

@@ -252,3 +252,12 @@ def test_one_default_sampler_slot_rule():
     hits = [str(p.relative_to(ROOT)) for p in (ROOT / PKG).rglob("*.py")
             if p.name != "decode_layout.py" and again.search(p.read_text())]
     assert not hits, f"a second slot-default rule in {hits}"
+
+
+def test_the_suites_heavy_file_list_names_test_files():
+    """conftest.HEAVY_FILES orders the suite's scheduling; a renamed file would drop out silently."""
+    from tests.conftest import HEAVY_FILES
+
+    here = Path(__file__).resolve().parent
+    assert len(set(HEAVY_FILES)) == len(HEAVY_FILES)
+    assert [f for f in HEAVY_FILES if not (here / f).is_file()] == []

