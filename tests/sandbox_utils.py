@@ -16,8 +16,35 @@ from pathlib import Path
 
 import tseeds_jax
 from tseeds_jax.rewards import _pool
+from tseeds_jax.rewards.sandbox import UID_BASE
 
 PROJECT_PATH = str(Path(tseeds_jax.__file__).resolve().parents[1])  # the checkout being tested
+
+
+def _parent(pid: int) -> int | None:
+    try:  # the command name in /proc/PID/stat may hold spaces and ")": the fields follow the last ")"
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def _descends_from(pid: int, ancestor: int) -> bool:
+    seen = set()
+    while pid and pid not in seen:
+        if pid == ancestor:
+            return True
+        seen.add(pid)
+        pid = _parent(pid)
+    return False
+
+
+def another_process_sandbox(uid: int) -> bool:
+    """A sandbox uid is UID_BASE + the pid of the reward worker that ran it (`_common.UID_BASE`).
+    True when that worker is alive and not a descendant of this process: the sandbox belongs to
+    another test process (the other pytest-xdist worker grading at the same moment), so a check for
+    this process's leftovers must not count it. A leftover whose worker is gone counts."""
+    worker = uid - UID_BASE
+    return Path(f"/proc/{worker}").exists() and not _descends_from(worker, os.getpid())
 
 
 def make_venv(where: Path, project: str = PROJECT_PATH) -> str:

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox_utils import make_venv, workers
+from tests.sandbox_utils import another_process_sandbox, make_venv, workers
 from tseeds_jax import rewards
 from tseeds_jax.rewards.sandbox import PROJECT_ROOT, UID_BASE
 
@@ -64,7 +64,7 @@ def _sandbox_pids():
                 uid = int((p / "status").read_text().split("Uid:")[1].split()[0])
             except (OSError, IndexError):
                 continue
-            if UID_BASE <= uid < UID_BASE + (1 << 22):
+            if UID_BASE <= uid < UID_BASE + (1 << 22) and not another_process_sandbox(uid):
                 pids.append(int(p.name))
     return pids
 

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox_utils import as_user, no_outer_limit
+from tests.sandbox_utils import another_process_sandbox, as_user, no_outer_limit
 from tseeds_jax.rewards.sandbox import UID_BASE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -85,7 +85,8 @@ def _leftovers(uid: int | None) -> list[int]:
             continue
         if "\nState:\tZ" in status:  # exited, waiting for its parent to reap it: runs nothing
             continue
-        if (UID_BASE <= u < UID_BASE + (1 << 22)) if uid is None else u == uid:
+        if u == uid if uid is not None else (UID_BASE <= u < UID_BASE + (1 << 22)
+                                             and not another_process_sandbox(u)):
             out.append(int(p.name))
     return out
 
@@ -235,3 +236,16 @@ def test_hostile_programs_contained_as_non_root_user(world):
 
 if __name__ == "__main__":
     print(json.dumps(run_all(json.loads(sys.argv[1]))))
+
+
+def test_leftover_check_counts_this_process_sandboxes_and_not_another_process():
+    """The leftover checks above must still see this process's own strays while the other
+    pytest-xdist worker grades at the same moment (its sandbox uids are its workers' pids)."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert not another_process_sandbox(UID_BASE + child.pid)  # a worker of this process
+    finally:
+        child.kill()
+        child.wait()
+    assert not another_process_sandbox(UID_BASE + child.pid)  # its worker gone: a stray still counts
+    assert another_process_sandbox(UID_BASE + os.getppid())  # alive, not below this process

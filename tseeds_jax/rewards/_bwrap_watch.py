@@ -1,19 +1,18 @@
-"""Watching one bubblewrap run from the worker (`_bwrap.run` starts it): stdin fed, stdout capped,
-stderr drained with its tail kept, the harness's dialog driven (`_common.Dialog`), the wall clock
-enforced; and a run that never reached the program turned into the setup step that failed.
+"""Watching one bubblewrap run from the worker (`_bwrap.run` starts it): its pipes pumped by
+`_pipes.RunPipes` (stdin fed, stdout capped, stderr's tail kept, the harness's dialog driven), the
+wall clock enforced, the status channel read; and a run that never reached the program turned
+into the setup step that failed.
 """
 
 from __future__ import annotations
 
 import errno as errno_mod
-import math
 import os
 import re
-import select
-import signal
 import time
 
 from tseeds_jax.rewards._common import RunResult, kill, sweep_uid
+from tseeds_jax.rewards._pipes import RunPipes, exit_status
 
 _STRERROR = {os.strerror(e): e for e in sorted(errno_mod.errorcode, reverse=True)}
 
@@ -58,79 +57,38 @@ def failed(error: dict, t0: float, python: str) -> RunResult:
                      time.monotonic() - t0, 0.0, {"backend": "bubblewrap", "python": python}, error)
 
 
-def write_some(fd: int, pending: bytearray) -> bool:
-    """Write what the pipe takes; False once the reader is gone."""
-    try:
-        del pending[:os.write(fd, pending[:65536])]
-    except BlockingIOError:
-        pass
-    except BrokenPipeError:
-        pending.clear()
-        return False
-    return True
-
-
 def supervise(pid, sweep, limits, data, fds: dict, t0, python, seccomp, dialog=None) -> RunResult:
     """fds: w_in, r_out, r_err, r_st (the status/result channel), w_spec (the harness's fd 6)."""
-    w_in, r_out, r_err, r_st, w_spec = (fds[k] for k in ("w_in", "r_out", "r_err", "r_st", "w_spec"))
-    out, err, result = bytearray(), bytearray(), bytearray()
-    open_fds = {r_out, r_err, r_st}
-    pending = bytearray(data)
-    os.set_blocking(w_in, False)
-    os.set_blocking(w_spec, False)
-    if not pending:
-        os.close(w_in)
-        w_in = None
+    pipes = RunPipes(data, w_in=fds["w_in"], r_out=fds["r_out"], r_err=fds["r_err"], w_spec=fds["w_spec"],
+                     channels=(fds["r_st"],), stderr_bytes=limits.stderr_bytes, dialog=dialog)
+    result = bytearray()
     started, status, finished, deadline = False, None, False, t0 + limits.wall_s
-    while open_fds:
+    while pipes.open:
         now = time.monotonic()
         due = deadline if dialog is None else min(deadline, dialog.deadline)
         if now >= due:
             status = "timeout"
             break
-        wfds = [w_in] if w_in is not None else []
-        if dialog is not None and dialog.outgoing and w_spec is not None:
-            wfds.append(w_spec)
-        r, w, _ = select.select(list(open_fds), wfds, [], due - now)
-        if w_in in w and (not write_some(w_in, pending) or not pending):
-            os.close(w_in)
-            w_in = None
-        if w_spec in w and not write_some(w_spec, dialog.outgoing):
-            os.close(w_spec)
-            w_spec = None
-        for fd in r:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                open_fds.discard(fd)
-            elif fd == r_out:
-                out += chunk
-            elif fd == r_err:
-                err += chunk
-                if len(err) > 2 * limits.stderr_bytes:  # drained, never fatal: its tail is kept
-                    del err[:-limits.stderr_bytes]
-            else:
-                chunk = chunk[0 if started else 1:]
-                started = True
-                result += chunk
-                if dialog is not None and chunk:
-                    dialog.received(chunk)
-        if len(out) > limits.output_bytes or (dialog is None and len(result) > limits.output_bytes):
+        for _, chunk in pipes.poll(due - now):  # the status channel: b"s" once the program starts
+            chunk = chunk[0 if started else 1:]
+            started = True
+            result += chunk
+            if dialog is not None and chunk:
+                dialog.received(chunk)
+        if len(pipes.out) > limits.output_bytes or (dialog is None and len(result) > limits.output_bytes):
             status = "output_limit"
             break
         if dialog is not None and dialog.finished:
             finished = True  # every answer it needs has come: the run is ended, not waited for
             break
-    for fd in (w_in, w_spec):
-        if fd is not None:
-            os.close(fd)
+    pipes.close_writers()
     done, wstatus, ru = os.wait4(pid, os.WNOHANG)
     if not done:
         kill(pid)  # bwrap; its child dies with it (--die-with-parent), and the pid namespace with that
         done, wstatus, ru = os.wait4(pid, 0)
     if sweep is not None and status is not None:
         sweep_uid(sweep)
-    for fd in (r_out, r_err, r_st):
-        os.close(fd)
+    pipes.close_readers()
     cpu = ru.ru_utime + ru.ru_stime
     isolation = {"backend": "bubblewrap", "allowlisted_root": True, "user": True, "mount": True, "net": True,
                  "pid": True, "ipc": True, "uts": True, "seccomp": seccomp, "weak": False,
@@ -140,28 +98,19 @@ def supervise(pid, sweep, limits, data, fds: dict, t0, python, seccomp, dialog=N
     # bwrap exits with the program's status; a program killed by signal N gives 128 + N
     if code > 128:
         code = -(code - 128)
-    tail = err[-limits.stderr_bytes:][-2000:].decode(errors="replace")
+    tail = pipes.stderr_tail()
     if not started and status != "timeout":
-        error = setup_error(bytes(err), python)
+        error = setup_error(bytes(pipes.err), python)
         tail = f"sandbox setup failed: {error['step']}: {error['error']}\n{tail}"[:2000]
         res = RunResult("sandbox_error", None, "", tail, time.monotonic() - t0, cpu, isolation, error)
     else:
         if finished:
             status = "ok"
         elif status is None:
-            status = _status(code, cpu, tail, limits)
-        res = RunResult(status, code, out[: limits.output_bytes].decode(errors="replace"), tail,
+            status = exit_status(code, cpu, tail, limits)
+        res = RunResult(status, code, pipes.stdout(limits.output_bytes), tail,
                         time.monotonic() - t0, cpu, isolation, result=bytes(result))
     if dialog is not None:
         dialog.ended(res.status)
     return res
 
-
-def _status(code: int, cpu: float, tail: str, limits) -> str:
-    if code == 0:
-        return "ok"
-    if code == -signal.SIGKILL and cpu >= 0.5 * math.ceil(limits.cpu_s):
-        return "cpu_limit"  # tick-sampled RLIMIT_CPU vs precise rusage (see docs/sandbox.md)
-    if "MemoryError" in tail:
-        return "memory"
-    return "killed" if code < 0 else "exit_nonzero"

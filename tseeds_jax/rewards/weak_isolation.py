@@ -21,17 +21,13 @@ Every setup step that fails is reported as `RunResult.error` (step and OS error)
 from __future__ import annotations
 
 import json
-import math
 import os
-import select
 import shutil
-import signal
 import sys
 import tempfile
 import time
 
 import tseeds_jax.rewards._mounts as _mounts
-from tseeds_jax.rewards._bwrap_watch import write_some
 from tseeds_jax.rewards._children import SAFE_PATH, setup_child
 from tseeds_jax.rewards._common import (
     PROJECT_ROOT,
@@ -48,6 +44,7 @@ from tseeds_jax.rewards._common import (
     warn_once,
 )
 from tseeds_jax.rewards._mounts import SetupError, step
+from tseeds_jax.rewards._pipes import RunPipes, exit_status
 
 
 def _hidden_paths(extra: tuple[str, ...]) -> list[str]:
@@ -151,17 +148,12 @@ def run_program(
 
 def _supervise(setup_pid, uid, limits, data, fds, t0, dialog) -> RunResult:
     w_in, r_out, r_err, r_st, r_res, w_spec = fds
-    os.set_blocking(w_in, False)
-    os.set_blocking(w_spec, False)
-    out, err, st, res = bytearray(), bytearray(), bytearray(), bytearray()
-    open_fds = {r_out, r_err, r_st, r_res}
-    pending = bytearray(data)
-    if not pending:
-        os.close(w_in)
-        w_in = None
+    pipes = RunPipes(data, w_in=w_in, r_out=r_out, r_err=r_err, w_spec=w_spec, channels=(r_st, r_res),
+                     stderr_bytes=limits.stderr_bytes, dialog=dialog)
+    st, res = bytearray(), bytearray()
     status, prog_pid, exit_line, deadline = None, None, None, t0 + limits.wall_s
     st_pos, finished = 0, False
-    while open_fds:
+    while pipes.open:
         now = time.monotonic()
         due = deadline if dialog is None or exit_line is not None else min(deadline, dialog.deadline)
         if exit_line is not None and now > deadline + 1.0:
@@ -169,54 +161,32 @@ def _supervise(setup_pid, uid, limits, data, fds, t0, dialog) -> RunResult:
         if exit_line is None and now >= due:
             status = "timeout"
             break
-        wfds = [w_in] if w_in is not None else []
-        if dialog is not None and dialog.outgoing and w_spec is not None:
-            wfds.append(w_spec)
-        r, w, _ = select.select(list(open_fds), wfds, [], max(0.0, due - now) + 0.01)
-        if w_in in w and (not write_some(w_in, pending) or not pending):
-            os.close(w_in)
-            w_in = None
-        if w_spec in w and not write_some(w_spec, dialog.outgoing):
-            os.close(w_spec)
-            w_spec = None
-        for fd in r:
-            chunk = os.read(fd, 65536)
-            if not chunk:
-                open_fds.discard(fd)
-                continue
-            if fd == r_out:
-                out += chunk
-            elif fd == r_err:
-                err += chunk
-                if len(err) > 2 * limits.stderr_bytes:  # drained, never fatal: its tail is kept
-                    del err[:-limits.stderr_bytes]
-            elif fd == r_res:
+        for fd, chunk in pipes.poll(max(0.0, due - now) + 0.01):
+            if fd == r_res:
                 if dialog is not None:
                     dialog.received(chunk[1:] if not res and chunk.startswith(b"s") else chunk)
                 res += chunk
-            else:
-                st += chunk
-                lines = bytes(st[st_pos:]).decode(errors="replace").split("\n")
-                st_pos = len(st) - len(lines[-1].encode())
-                for line in lines[:-1]:
-                    if line.startswith("pid "):
-                        prog_pid = int(line.split()[1])
-                    elif line.startswith("exit "):
-                        exit_line = line
-                        deadline = min(deadline, time.monotonic() + 1.0)
-                        if uid is not None:
-                            sweep_uid(uid)  # background children die with the program
-                    elif line.startswith("err "):
-                        deadline = min(deadline, time.monotonic() + 1.0)
-        if len(out) > limits.output_bytes or (dialog is None and len(res) > limits.output_bytes):
+                continue
+            st += chunk
+            lines = bytes(st[st_pos:]).decode(errors="replace").split("\n")
+            st_pos = len(st) - len(lines[-1].encode())
+            for line in lines[:-1]:
+                if line.startswith("pid "):
+                    prog_pid = int(line.split()[1])
+                elif line.startswith("exit "):
+                    exit_line = line
+                    deadline = min(deadline, time.monotonic() + 1.0)
+                    if uid is not None:
+                        sweep_uid(uid)  # background children die with the program
+                elif line.startswith("err "):
+                    deadline = min(deadline, time.monotonic() + 1.0)
+        if len(pipes.out) > limits.output_bytes or (dialog is None and len(res) > limits.output_bytes):
             status = "output_limit"
             break
         if dialog is not None and dialog.finished:
             finished = True  # every answer it needs has come: the run is ended, not waited for
             break
-    for fd in (w_in, w_spec):
-        if fd is not None:
-            os.close(fd)
+    pipes.close_writers()
     if exit_line is None and prog_pid is not None:
         kill(prog_pid)  # pid 1 of its namespace: the kernel kills the rest of the namespace
     if uid is not None:
@@ -233,8 +203,7 @@ def _supervise(setup_pid, uid, limits, data, fds, t0, dialog) -> RunResult:
         _, setup_status = os.waitpid(setup_pid, 0)
     if uid is not None:
         sweep_uid(uid)
-    for fd in (r_out, r_err, r_st, r_res):
-        os.close(fd)
+    pipes.close_readers()
     wall = time.monotonic() - t0
     lines = st.decode(errors="replace").splitlines()
     iso = next((json.loads(ln[4:]) for ln in lines if ln.startswith("iso ")), {})
@@ -248,7 +217,7 @@ def _supervise(setup_pid, uid, limits, data, fds, t0, dialog) -> RunResult:
     if exit_line is not None:
         wstatus, cpu = int(exit_line.split()[1]), float(exit_line.split()[2])
         exit_code = os.waitstatus_to_exitcode(wstatus)
-    stderr_tail = err[-limits.stderr_bytes:][-2000:].decode(errors="replace")
+    stderr_tail = pipes.stderr_tail()
     error = next((json.loads(ln[4:]) for ln in lines if ln.startswith("err ")), None)
     if error is None and status is None and exit_line is None and not finished:
         # The setup child died without a word (killed, or it crashed before reporting).
@@ -262,22 +231,11 @@ def _supervise(setup_pid, uid, limits, data, fds, t0, dialog) -> RunResult:
     elif finished:
         status = "ok"
     elif status is None:
-        if exit_code == 0:
-            status = "ok"
-        # The kernel enforces RLIMIT_CPU on tick-sampled CPU time, while rusage reports the
-        # precise run time; on a loaded machine the kill came at 0.83 s of rusage for a 1 s limit.
-        elif exit_code == -signal.SIGKILL and cpu >= 0.5 * math.ceil(limits.cpu_s):
-            status = "cpu_limit"
-        elif "MemoryError" in stderr_tail:
-            status = "memory"
-        elif exit_code is not None and exit_code < 0:
-            status = "killed"
-        else:
-            status = "exit_nonzero"
+        status = exit_status(exit_code, cpu, stderr_tail, limits)
     return RunResult(
         status,
         exit_code,
-        out[: limits.output_bytes].decode(errors="replace"),
+        pipes.stdout(limits.output_bytes),
         stderr_tail,
         wall,
         cpu,
