@@ -47,6 +47,28 @@ def another_process_sandbox(uid: int) -> bool:
     return Path(f"/proc/{worker}").exists() and not _descends_from(worker, os.getpid())
 
 
+def sandbox_processes(uid: int | None = None, *, zombies: bool = True) -> list[int]:
+    """This process's sandboxed processes still alive: those of `uid` (a non-root grader's own
+    user) or, with uid None, of the sandbox uid range (root) less other test processes' sandboxes
+    (`another_process_sandbox`). Never this process; `zombies=False` leaves out exited processes
+    waiting to be reaped (they run nothing)."""
+    out = []
+    for p in Path("/proc").iterdir():
+        if not p.name.isdigit() or int(p.name) == os.getpid():
+            continue
+        try:
+            status = (p / "status").read_text()
+            u = int(status.split("Uid:")[1].split()[0])
+        except (OSError, IndexError):
+            continue
+        if not zombies and "\nState:\tZ" in status:
+            continue
+        if u == uid if uid is not None else (UID_BASE <= u < UID_BASE + (1 << 22)
+                                             and not another_process_sandbox(u)):
+            out.append(int(p.name))
+    return out
+
+
 def make_venv(where: Path, project: str = PROJECT_PATH) -> str:
     """A venv at `where` (no pip, nothing installed) whose only addition is `project` on its path;
     returns its interpreter (a symlink to the base interpreter, as `python -m venv` makes it)."""

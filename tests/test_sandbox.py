@@ -22,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox_utils import another_process_sandbox, make_venv, workers
+from tests.sandbox_utils import make_venv, sandbox_processes, workers
 from tseeds_jax import rewards
-from tseeds_jax.rewards.sandbox import PROJECT_ROOT, UID_BASE
+from tseeds_jax.rewards.sandbox import PROJECT_ROOT
 
 ADD = "a, b = map(int, input().split())\nprint(a + b)\n"
 ADD_REF = {"stdin_stdout": [["1 2\n", "3\n"], ["10 -4", "6"]]}
@@ -56,24 +56,11 @@ def setting(request):
         shutil.rmtree(d, ignore_errors=True)
 
 
-def _sandbox_pids():
-    pids = []
-    for p in Path("/proc").iterdir():
-        if p.name.isdigit():
-            try:
-                uid = int((p / "status").read_text().split("Uid:")[1].split()[0])
-            except (OSError, IndexError):
-                continue
-            if UID_BASE <= uid < UID_BASE + (1 << 22) and not another_process_sandbox(uid):
-                pids.append(int(p.name))
-    return pids
-
-
 def _assert_no_leftovers():
     deadline = time.monotonic() + 2.0  # an exited zombie may take a moment to be reaped
-    while _sandbox_pids() and time.monotonic() < deadline:
+    while sandbox_processes() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert _sandbox_pids() == []
+    assert sandbox_processes() == []
 
 
 def _run(program, ref=ADD_REF, **limits):

@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox_utils import another_process_sandbox, as_user, no_outer_limit
+from tests.sandbox_utils import another_process_sandbox, as_user, no_outer_limit, sandbox_processes
 from tseeds_jax.rewards.sandbox import UID_BASE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -70,25 +70,6 @@ def attacks(ctx: dict) -> list[tuple[str, str, dict, set[str]]]:
         ("output_100mb", "import sys\nsys.stdout.write('x' * (100 << 20))\n", {"wall_s": 5},
          {"output_limit"}),
     ]
-
-
-def _leftovers(uid: int | None) -> list[int]:
-    """Processes of the sandbox uid range (root) or of `uid` other than this process (non-root)."""
-    out = []
-    for p in Path("/proc").iterdir():
-        if not p.name.isdigit() or int(p.name) == os.getpid():
-            continue
-        try:
-            status = (p / "status").read_text()
-            u = int(status.split("Uid:")[1].split()[0])
-        except (OSError, IndexError):
-            continue
-        if "\nState:\tZ" in status:  # exited, waiting for its parent to reap it: runs nothing
-            continue
-        if u == uid if uid is not None else (UID_BASE <= u < UID_BASE + (1 << 22)
-                                             and not another_process_sandbox(u)):
-            out.append(int(p.name))
-    return out
 
 
 def run_all(ctx: dict) -> dict:
@@ -132,10 +113,10 @@ def run_all(ctx: dict) -> dict:
     _pool.restart_shared(None)  # workers gone: whatever is left of our uid is a sandbox's stray
     who = None if os.geteuid() == 0 else os.getuid()
     deadline = time.monotonic() + 3.0  # killed processes may take a moment to be reaped
-    while _leftovers(who) and time.monotonic() < deadline:
+    while sandbox_processes(who, zombies=False) and time.monotonic() < deadline:
         time.sleep(0.05)
     out["leftovers"] = []
-    for p in _leftovers(who):
+    for p in sandbox_processes(who, zombies=False):
         try:
             out["leftovers"].append(Path(f"/proc/{p}/cmdline").read_bytes().decode(errors="replace")[:100])
         except OSError:
@@ -208,7 +189,7 @@ def world():
         os.unlink(sock_path)
         shutil.rmtree(secret_dir, ignore_errors=True)
         deadline = time.monotonic() + 5.0  # userdel refuses while the user's workers are exiting
-        while _leftovers(pw.pw_uid) and time.monotonic() < deadline:
+        while sandbox_processes(pw.pw_uid, zombies=False) and time.monotonic() < deadline:
             time.sleep(0.05)
         subprocess.run(["userdel", "-f", "-r", user], check=False, capture_output=True)
         subprocess.run(["groupdel", group], check=False, capture_output=True)
