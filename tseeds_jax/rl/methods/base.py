@@ -74,12 +74,6 @@ class OnPolicy:
     def load(self, extra: dict[str, tuple[Any, Any]]) -> None:
         pass
 
-    def find(self, kind: type):
-        if isinstance(self, kind):
-            return self
-        inner = getattr(self, "inner", None)
-        return inner.find(kind) if inner is not None else None
-
 
 class MethodSource(BatchSource):
     """A method behind the seam: plan batch `step`, generate it, run the collection tail."""

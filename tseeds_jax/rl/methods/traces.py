@@ -211,9 +211,6 @@ class WithTraces:
                     if off else 0.0})
         return out
 
-    def find(self, kind: type):
-        return self if isinstance(self, kind) else self.inner.find(kind)
-
 
 def build_trace_source(cfg: TrainConfig, tokenizer, *, encode_prompt=None, build_model=None,
                        load_run=None, source=None) -> TraceSource | None:

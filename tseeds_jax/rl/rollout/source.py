@@ -222,10 +222,3 @@ class BatchSource:
         inner = self._wrapped()
         if inner is not None:
             inner.set_seed_cache(cache)
-
-    def find(self, kind: type):
-        """The part of this source (itself, or a source or method it wraps) of class `kind`."""
-        if isinstance(self, kind):
-            return self
-        inner = self._wrapped()
-        return None if inner is None else inner.find(kind)
