@@ -32,8 +32,14 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "docs" / "results" / "bench_restart_methods.json"
 T = 8
-METHODS = (("dapo", "On-policy DAPO"), ("ts_ratio", "Thinking Seeds (ratio 0.5, T 8)"),
-           ("prefixrl", "PrefixRL"), ("questa", "QuestA"), ("fr3e", "FR3E"), ("cure", "CURE"))
+BASELINES = (("dapo", "On-policy DAPO"), ("ts_ratio", "Thinking Seeds (ratio 0.5, T 8)"))
+
+
+def methods() -> tuple[tuple[str, str], ...]:
+    """(name, label) of the baselines and of every registered restart method."""
+    from tseeds_jax.rl.methods import registry  # imported where the script's others are
+
+    return BASELINES + tuple(registry.labels().items())
 
 
 def parity_reward(texts, refs):
@@ -72,12 +78,13 @@ def main() -> None:
     ap.add_argument("--no-write", action="store_true", help="print only")
     args = ap.parse_args()
     steps = T * (args.warmup + args.cycles)
-    per_s: dict[str, list[float]] = {m: [] for m, _ in METHODS}
-    per_tok: dict[str, list[int]] = {m: [] for m, _ in METHODS}
+    table = methods()
+    per_s: dict[str, list[float]] = {m: [] for m, _ in table}
+    per_tok: dict[str, list[int]] = {m: [] for m, _ in table}
     pool: dict[str, float] = {}
     wall0 = time.perf_counter()
     with tempfile.TemporaryDirectory() as tmp:
-        trainers = {m: make(os.path.join(tmp, m), m, steps) for m, _ in METHODS}
+        trainers = {m: make(os.path.join(tmp, m), m, steps) for m, _ in table}
         for w in range(args.warmup):
             for m, tr in trainers.items():
                 _, _, first = cycle(tr)
@@ -94,7 +101,7 @@ def main() -> None:
     wall = time.perf_counter() - wall0
     base_s, base_t = float(np.mean(per_s["dapo"])), float(np.mean(per_tok["dapo"]))
     rows, values = [], {}
-    for m, label in METHODS:
+    for m, label in table:
         s, t = float(np.mean(per_s[m])), float(np.mean(per_tok[m]))
         rows.append([label, f"{t:.1f}", f"{t / base_t:.2f}x", f"{s:.3f}", f"{s / base_s:.2f}x",
                      f"{pool[m]:.0f} (once)" if m in pool else "-"])

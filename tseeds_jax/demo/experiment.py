@@ -29,6 +29,8 @@ from tseeds_jax.demo.warmstart import SplitSource, WarmStartConfig
 from tseeds_jax.eval.evaluate import EvalResult, Problem, evaluate, reward_score_fn
 from tseeds_jax.eval.problems import EVAL_SPLIT_SEED, held_out_problems
 from tseeds_jax.eval.relay import relay_evaluate
+from tseeds_jax.rl.config.methods import overrides
+from tseeds_jax.rl.methods import registry as method_registry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,13 +77,7 @@ def lora_variant(m: Method) -> Method:
 
 def restart_methods() -> list[Method]:
     """The peer restart methods (docs/restart_methods.md), on request (`--methods`)."""
-    from tseeds_jax.rl.config.methods import overrides
-
-    labels = {"prefixrl": "PrefixRL (pool prefixes, half the groups)",
-              "questa": "QuestA (hints 50% -> 25%)",
-              "fr3e": "FR3E (entropy branches, value-modulated)",
-              "cure": "CURE (entropy branches, then DAPO)"}
-    return [Method(name, label, overrides(name)) for name, label in labels.items()]
+    return [Method(s.name, s.description, overrides(s.name)) for s in method_registry.specs()]
 
 
 def method_names() -> list[str]:

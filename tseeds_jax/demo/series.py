@@ -21,12 +21,14 @@ import shlex
 import subprocess
 import sys
 
+from tseeds_jax.rl.methods import registry as method_registry
+
+# "restart": the series also runs every registered restart method (rl/methods/registry.py)
 SERIES = {
-    "hard": {"methods": ("dapo", "ts_ratio", "ts_mixture", "ts_mixture_spread", "prefixrl",
-                         "questa", "fr3e", "cure"),
+    "hard": {"methods": ("dapo", "ts_ratio", "ts_mixture", "ts_mixture_spread"), "restart": True,
              "method_seeds": (("dapo", 2), ("ts_ratio", 2))},
     "default": {"methods": ("dapo", "ts_ratio", "ts_mixture", "ts_mixture_spread"),
-                "method_seeds": ()},
+                "restart": False, "method_seeds": ()},
 }
 
 
@@ -41,8 +43,9 @@ def config(task: str, bases: int, out: str):
     if bases < 1:
         raise ValueError(f"bases = {bases}: expected >= 1")
     spec = SERIES[task]
+    methods = spec["methods"] + (method_registry.names() if spec["restart"] else ())
     return dataclasses.replace(with_task(DemoConfig(out=os.path.join(out, task)), task),
-                               bases=tuple(range(bases)), seeds=(0,), methods=spec["methods"],
+                               bases=tuple(range(bases)), seeds=(0,), methods=methods,
                                method_seeds=spec["method_seeds"])
 
 

@@ -18,15 +18,20 @@ import numpy as np
 
 from tseeds_jax.eval import bases_stats
 from tseeds_jax.eval.seed_report import accuracy_pairs
+from tseeds_jax.rl.methods import registry as method_registry
 
-LABELS = {"dapo": "On-policy DAPO", "ts_ratio": "Thinking Seeds (ratio 0.5, T 8)",
-          "ts_mixture": "Thinking Seeds, `mixture`",
-          "ts_mixture_spread": "Thinking Seeds, `mixture_spread`",
-          "ts_adaptive": "Thinking Seeds, first adaptive rule", "ts_entropy": "Thinking Seeds, "
-          "entropy rule", "dapo_minibatch": "On-policy DAPO, 4 mini-batches",
-          "prefixrl": "PrefixRL", "questa": "QuestA", "fr3e": "FR3E", "cure": "CURE",
-          "dapo_lora": "On-policy DAPO, LoRA rank 8",
-          "ts_ratio_lora": "Thinking Seeds (ratio 0.5, T 8), LoRA rank 8"}
+# The demo's own method names; the restart methods' labels are their registry entries'.
+DEMO_LABELS = {"dapo": "On-policy DAPO", "ts_ratio": "Thinking Seeds (ratio 0.5, T 8)",
+               "ts_mixture": "Thinking Seeds, `mixture`",
+               "ts_mixture_spread": "Thinking Seeds, `mixture_spread`",
+               "ts_adaptive": "Thinking Seeds, first adaptive rule", "ts_entropy": "Thinking "
+               "Seeds, entropy rule", "dapo_minibatch": "On-policy DAPO, 4 mini-batches",
+               "dapo_lora": "On-policy DAPO, LoRA rank 8",
+               "ts_ratio_lora": "Thinking Seeds (ratio 0.5, T 8), LoRA rank 8"}
+
+
+def labels() -> dict[str, str]:
+    return {**DEMO_LABELS, **method_registry.labels()}
 BASELINE, REFERENCE = "dapo", "ts_ratio"
 _SUFFIX = "_pass1"
 
@@ -96,7 +101,7 @@ def build(values: dict) -> dict:
         if vs_r is not None and (m, ref) not in acc:  # stored as (ratio, DAPO): flip
             vs_r = {**vs_r, "mean": -vs_r["mean"], "above": vs_r["n"] - vs_r["above"]}
         cells = [
-            LABELS.get(m, m), f"{len(means)} × {'/'.join(map(str, seeds))}",
+            labels().get(m, m), f"{len(means)} × {'/'.join(map(str, seeds))}",
             (f"{over['mean']:.1f}" + (f" ± {over['half']:.1f}" if math.isfinite(over["half"])
                                        else "") + f" ({', '.join(f'{x:.1f}' for x in means)})"),
             (f"{split['sd_between']:.1f} / {split['sd_within']:.1f}" if split else "—"),
@@ -147,7 +152,7 @@ def update(path: str, plot: str | None = None) -> dict:
         from tseeds_jax.eval import plots
 
         data = methods_of(rec["values"])
-        plots.per_base_effects(data, BASELINE, plot, LABELS,
+        plots.per_base_effects(data, BASELINE, plot, labels(),
                                title=f"{rec['name']}: each method minus on-policy DAPO, per base")
     return got
 

@@ -24,8 +24,8 @@ import numpy as np
 
 from tseeds_jax.eval.rundata import t_interval
 from tseeds_jax.eval.seed_report import holm, welch_interval
+from tseeds_jax.rl.methods import registry as method_registry
 
-NEW = (("prefixrl", "PrefixRL"), ("questa", "QuestA"), ("fr3e", "FR3E"), ("cure", "CURE"))
 REF = (("dapo", "On-policy DAPO"), ("ts_ratio", "Thinking Seeds (ratio 0.5, T 8)"),
        ("ts_mixture", "Thinking Seeds, `mixture`"))
 WARMUP_STEPS = 5
@@ -64,8 +64,9 @@ def _cell(res, kept) -> str:
 
 def build(new_root: str, ref_root: str, seeds: int) -> dict:
     """{"table", "values"} of the record (see the module docstring)."""
+    new = tuple(method_registry.labels().items())  # the restart methods
     runs: dict[str, list[dict]] = {}
-    for root, methods in ((ref_root, REF), (new_root, NEW)):
+    for root, methods in ((ref_root, REF), (new_root, new)):
         for name, _ in methods:
             got = [run_stats(os.path.join(root, "runs", name, f"seed{s}")) for s in range(seeds)]
             runs[name] = [g for g in got if g is not None]
@@ -78,10 +79,10 @@ def build(new_root: str, ref_root: str, seeds: int) -> dict:
         kept = dict(zip(keys, holm([res[m][2] for m in keys]), strict=True))
         return {m: _cell(r, kept.get(m)) for m, r in res.items()}
 
-    vs_dapo = family([m for m, _ in REF[1:] + NEW], "dapo")
-    vs_mix = family([m for m, _ in NEW], "ts_mixture")
+    vs_dapo = family([m for m, _ in REF[1:] + new], "dapo")
+    vs_mix = family([m for m, _ in new], "ts_mixture")
     rows, values = [], {}
-    for m, label in REF + NEW:
+    for m, label in REF + new:
         rs = runs[m]
         if not rs:
             rows.append([label, "did not run", "0", "—", "—", "—", "—", "—"])

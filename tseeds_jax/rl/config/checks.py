@@ -1,28 +1,15 @@
 """Checks of one feature at a time: the values of `config.stale` and `config.restart`, and what
 each feature needs of the rest of the run (a loss that takes per-token weights, the seed variant
-of a restart method, ...). Which features combine with which is compat.py's table. JAX-free.
+of a restart method, ...). Which features combine with which is compat.py's table. JAX-free to
+import (a restart method's own checks are in its registry entry, loaded when one is checked).
 """
 
 from __future__ import annotations
 
 from tseeds_jax.rl.config.fields import bad as bad_field
+from tseeds_jax.rl.methods import registry as method_registry
 
-RESTART_METHODS = ("prefixrl", "questa", "fr3e", "cure")
-PREFIX_METHODS = ("prefixrl", "questa")  # a prefix as context only (seeds.variant "state")
-BRANCH_METHODS = ("fr3e", "cure")  # branches from the step's own rollouts (trained prefix)
 CORRECTION_MODES = ("off", "token_mask", "seq_mask", "tis")  # learn/correction.py
-
-
-def branch_split(group_size: int, base: int, points: int) -> tuple[int, int]:
-    """(first-pass rollouts, branches per anchor) of FR3E / CURE's groups; ValueError when
-    G - base is not split evenly over the anchors."""
-    base = base or group_size // 2
-    rest = group_size - base
-    if base < 1 or rest < 1 or points < 1 or rest % points:
-        raise ValueError(f"branching: group_size={group_size}, branch_base={base}, "
-                         f"branch_points={points}: need 1 <= base < G and (G - base) divisible "
-                         "by branch_points")
-    return base, rest // points
 
 
 def stale(cfg) -> None:
@@ -79,8 +66,9 @@ def restart(cfg) -> None:
     rs = cfg.restart
     if rs.method == "":
         return
-    if rs.method not in RESTART_METHODS:
-        bad("method", rs.method, f"unknown restart method; known: {('',) + RESTART_METHODS}")
+    if rs.method not in method_registry.names():
+        bad("method", rs.method, f"unknown restart method; known: {('',) + method_registry.names()}")
+    spec = method_registry.get(rs.method)
     for name in ("prefix_share", "prefix_ratio", "hint_start", "hint_end", "hint_switch",
                  "stage1_frac"):
         v = getattr(rs, name)
@@ -92,16 +80,13 @@ def restart(cfg) -> None:
             bad(name, v, "must be an integer >= 1")
     if rs.branch_base < 0:
         bad("branch_base", rs.branch_base, "must be >= 0 (0: group_size // 2)")
-    want = "state" if rs.method in PREFIX_METHODS else "state+action"
+    want = spec.variant
     if cfg.seeds.variant != want:
         bad("method", rs.method, f"needs seeds.variant={want!r} (the prefix is "
             f"{'context only' if want == 'state' else 'on-policy and trained'}), got "
             f"{cfg.seeds.variant!r}")
-    if rs.method in BRANCH_METHODS:
-        try:
-            branch_split(cfg.rollout.group_size, rs.branch_base, rs.branch_points)
-        except ValueError as e:
-            bad("branch_points", rs.branch_points, str(e))
+    if spec.check is not None:
+        spec.check(cfg, bad)
 
 
 def lora(cfg) -> None:

@@ -29,7 +29,7 @@ from typing import Any
 
 import ml_collections
 
-from tseeds_jax.rl.config.checks import RESTART_METHODS
+from tseeds_jax.rl.methods import registry as method_registry
 
 METHODS = ("dapo", "thinking_seeds", "luffy", "m2po", "gspo", "gspo_token", "ctpo", "ctpo_la",
            "sis", "sis_gspo", "sis_seeds", "seeds_ctpo", "stare")
@@ -103,38 +103,19 @@ def apply_method(c: ml_collections.ConfigDict, method: str, *, scale: str = "tin
 
 # ---- peer restart methods (rl/methods/prefix.py, branch.py; docs/restart_methods.md) ----
 # Every method is DAPO (the loss, clip 0.2/0.28, one update per batch) plus its restart rule;
-# nothing else differs from on-policy DAPO.
-#
-#   prefixrl  half of each batch's groups are pool problems continued from the first half of a
-#             successful base-model trace (pool: 8 samples per problem, once per run)
-#   questa    every group continues from a hint: 50% of the reference solution, 25% from mid-run
-#   fr3e      G/2 first-pass rollouts, 2 anchors at their highest-entropy tokens, G/4 branches each;
-#             branch advantages x exp(-(V(anchor) - V(prompt)))
-#   cure      the same branching (no factor) for the first half of the run, then plain DAPO
+# nothing else differs from on-policy DAPO. Each rule's own settings are its registry entry's
+# presets (rl/methods/registry.py).
 
 
 def overrides(method: str, *, scale: str = "tiny") -> dict[str, Any]:
     """{dotted config field: value} of `method` (the demo's method table uses these too)."""
-    if method not in RESTART_METHODS:
-        raise ValueError(f"method={method!r}: known restart methods {RESTART_METHODS}")
+    if method not in method_registry.names():
+        raise ValueError(f"method={method!r}: known restart methods {method_registry.names()}")
     if scale not in ("tiny", "paper"):
         raise ValueError(f"scale={scale!r}: expected 'tiny' or 'paper'")
-    out: dict[str, Any] = {"method": method, "loss.name": "dapo", "seeds.refresh_interval": 1,
-                           "restart.method": method}
-    if method == "prefixrl":
-        out.update({"seeds.variant": "state", "restart.prefix_share": 0.5,
-                    "restart.prefix_ratio": 0.5, "restart.pool_budget": 8,
-                    "restart.pool_prompts": 64 if scale == "tiny" else 2048})
-    elif method == "questa":
-        # QuestA trains on augmented (hinted) problems only
-        out.update({"seeds.variant": "state", "restart.prefix_share": 1.0,
-                    "restart.hint_start": 0.5, "restart.hint_end": 0.25,
-                    "restart.hint_switch": 0.5})
-    else:
-        out.update({"seeds.variant": "state+action", "restart.branch_base": 0,  # G // 2
-                    "restart.branch_points": 2, "restart.branch_top_k": 1,
-                    "restart.value_beta": 1.0, "restart.stage1_frac": 0.5})
-    return out
+    spec = method_registry.get(method)
+    return {"method": method, "loss.name": "dapo", "seeds.refresh_interval": 1,
+            "restart.method": method, "seeds.variant": spec.variant, **spec.presets(scale)}
 
 
 def apply_restart(c: ml_collections.ConfigDict, method: str, *, scale: str = "tiny"):

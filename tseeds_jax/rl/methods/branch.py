@@ -29,12 +29,26 @@ import time
 
 import numpy as np
 
-from tseeds_jax.rl.config.checks import branch_split
+from tseeds_jax.rl.methods import registry
 from tseeds_jax.rl.methods.base import OnPolicy
 from tseeds_jax.rl.rollout import stats, streams
 from tseeds_jax.rl.rollout.source import Plan, Policy, StepInfo
 from tseeds_jax.rl.run import hosts as hosts_lib
 from tseeds_jax.seeds.truncation import EntropyTruncation
+
+BRANCH, ANCHOR = 0x7E13, 0x7E14  # the family's streams: the branches, the anchors' choice
+
+
+def branch_split(group_size: int, base: int, points: int) -> tuple[int, int]:
+    """(first-pass rollouts, branches per anchor) of FR3E / CURE's groups; ValueError when
+    G - base is not split evenly over the anchors."""
+    base = base or group_size // 2
+    rest = group_size - base
+    if base < 1 or rest < 1 or points < 1 or rest % points:
+        raise ValueError(f"branching: group_size={group_size}, branch_base={base}, "
+                         f"branch_points={points}: need 1 <= base < G and (G - base) divisible "
+                         "by branch_points")
+    return base, rest // points
 
 
 @dataclasses.dataclass(frozen=True)
@@ -62,13 +76,20 @@ def fr3e_factors(base_rewards, branch_rewards_AM, beta: float) -> np.ndarray:
 
 
 class Branched(OnPolicy):
+    """Branches at every step, advantages as they are; FR3E and CURE change one rule each."""
+
     def __init__(self, ctx):
         super().__init__(ctx)
         self.cfg, self.rs = ctx.cfg, ctx.cfg.restart
         self.last: dict[str, float] = {}  # this step's restart/* metrics
 
-    def _stage2(self, j: int) -> bool:  # CURE's second stage: plain DAPO
-        return self.rs.method == "cure" and j >= round(self.rs.stage1_frac * self.cfg.steps)
+    def _stage2(self, j: int) -> bool:
+        """Whether batch j is trained as plain on-policy DAPO instead of branching."""
+        return False
+
+    def _factors(self, base_samples, branch_samples, per: int) -> np.ndarray:
+        """The advantage factors of one group's branches (`per` for each anchor)."""
+        return np.ones(len(branch_samples))
 
     def plan(self, j: int, policy: Policy, info: StepInfo) -> Plan:
         if self._stage2(j):
@@ -95,7 +116,7 @@ class Branched(OnPolicy):
             every = hosts_lib.allgather_objects((lengths, ent), ctx.hosts)
             lengths = [n for part, _ in every for n in part]
             ent = np.concatenate([e for _, e in every])
-        rng = np.random.default_rng(streams.method_seed(c.seed, j, streams.ANCHOR))
+        rng = np.random.default_rng(streams.method_seed(c.seed, j, ANCHOR))
         seed_ids, seed_logp, cuts = [], [], []
         for k in range(len(lengths) // base):
             rows = slice(k * base, (k + 1) * base)
@@ -111,16 +132,12 @@ class Branched(OnPolicy):
         nb = g - base
         branches = ctx.generate(policy, Plan(
             plan.prompts, plan.references, g0 * nb, seeds=(seed_ids, seed_logp),
-            stream=streams.method_seed(c.seed, j, streams.BRANCH)), group_size=nb)
+            stream=streams.method_seed(c.seed, j, BRANCH)), group_size=nb)
         ctx.score(branches)
         samples = []
         for k in range(b):
             mine = branches[k * nb : (k + 1) * nb]
-            f = np.ones(nb)
-            if rs.method == "fr3e":
-                f = fr3e_factors([s.reward for s in first[k * base : (k + 1) * base]],
-                                 np.array([s.reward for s in mine]).reshape(-1, per),
-                                 rs.value_beta).reshape(-1)
+            f = self._factors(first[k * base : (k + 1) * base], mine, per)
             for s, factor in zip(mine, f.tolist()):
                 s.adv_factor = factor
             samples += first[k * base : (k + 1) * base] + mine
@@ -145,3 +162,48 @@ class Branched(OnPolicy):
 
     def sample_metrics(self, samples):
         return dict(self.last)
+
+
+class FR3E(Branched):
+    """Branch advantages x exp(-beta (V(anchor) - V(prompt)))."""
+
+    def _factors(self, base_samples, branch_samples, per):
+        return fr3e_factors([s.reward for s in base_samples],
+                            np.array([s.reward for s in branch_samples]).reshape(-1, per),
+                            self.rs.value_beta).reshape(-1)
+
+
+class CURE(Branched):
+    """Branching for the first `stage1_frac` of the run's steps, then plain DAPO."""
+
+    def _stage2(self, j):
+        return j >= round(self.rs.stage1_frac * self.cfg.steps)
+
+
+def _check(cfg, bad) -> None:
+    try:
+        branch_split(cfg.rollout.group_size, cfg.restart.branch_base, cfg.restart.branch_points)
+    except ValueError as e:
+        bad("branch_points", cfg.restart.branch_points, str(e))
+
+
+def _presets(scale: str) -> dict:
+    # G/2 first-pass rollouts, 2 anchors at their highest-entropy tokens, G/4 branches each
+    return {"restart.branch_base": 0, "restart.branch_points": 2, "restart.branch_top_k": 1,
+            "restart.value_beta": 1.0, "restart.stage1_frac": 0.5}
+
+
+FEATURE = registry.Feature("branch", "FR3E / CURE", {
+    **registry.REFUSED_BY_ALL,
+    "partial": "branches restart from the same step's scored first-pass rollouts: two "
+               "dependent generations, not one pool",
+})
+_STREAMS = {"BRANCH": BRANCH, "ANCHOR": ANCHOR}
+registry.register(registry.MethodSpec(
+    name="fr3e", label="FR3E", description="FR3E (entropy branches, value-modulated)",
+    feature=FEATURE, variant="state+action", route=FR3E, presets=_presets, check=_check,
+    streams=_STREAMS))
+registry.register(registry.MethodSpec(
+    name="cure", label="CURE", description="CURE (entropy branches, then DAPO)",
+    feature=FEATURE, variant="state+action", route=CURE, presets=_presets, check=_check,
+    streams=_STREAMS))

@@ -21,45 +21,32 @@ from __future__ import annotations
 
 import numpy as np
 
+from tseeds_jax.data import hints
+from tseeds_jax.rl.methods import registry
 from tseeds_jax.rl.methods.base import OnPolicy
 from tseeds_jax.rl.rollout import samples as samples_lib
 from tseeds_jax.rl.rollout import streams
 from tseeds_jax.rl.rollout.source import Plan, Policy, StepInfo
 from tseeds_jax.rl.run import hosts as hosts_lib
+from tseeds_jax.seeds import prefix_pool
+
+POOL, CHOICE = 0x7E10, 0x7E11  # PrefixRL's streams: its pool (step 0), its pick of pool problems
 
 
 class Prefixed(OnPolicy):
+    """A share of each batch's groups continue from a prefix given as context. Each method of
+    the family defines `_prefixes(j, policy, info, n_pre)`: (prompts, references, prefixes) of
+    batch j's B groups, the first `n_pre` prefixed (PrefixRL's pool, QuestA's hints)."""
+
     def __init__(self, ctx):
         super().__init__(ctx)
         self.cfg, self.rs = ctx.cfg, ctx.cfg.restart
-        self.pool: list[dict] | None = None
         self.last: dict[str, float] = {}  # this step's restart/* metrics
-        self.last_pool: dict[str, float] = {}  # the pool's, once (PrefixRL, step 0)
 
     def plan(self, j: int, policy: Policy, info: StepInfo) -> Plan:
         ctx, c, rs = self.ctx, self.cfg, self.rs
-        b, g, r = ctx.b, ctx.g, ctx.r
-        n_pre = int(round(rs.prefix_share * b))
-        if rs.method == "prefixrl":
-            if self.pool is None:
-                info.behavior_tokens += self._pool(policy, j)
-            if not self.pool:
-                n_pre = 0  # no problem solved within the budget: plain on-policy groups
-            prompts, refs = ctx.prompts.take(b - n_pre)
-            pick = np.random.default_rng(
-                streams.method_seed(c.seed, j, streams.PREFIX_CHOICE)).integers(
-                    len(self.pool), size=n_pre) if n_pre else []
-            entries = [self.pool[int(i)] for i in pick]
-            prompts = [e["prompt_ids"] for e in entries] + prompts
-            refs = [e["reference"] for e in entries] + refs
-            prefixes = [_prefix(e["trace"], rs.prefix_ratio) for e in entries]
-        else:
-            from tseeds_jax.data import hints
-
-            prompts, refs = ctx.prompts.take(b)
-            share = hints.hint_share(j, c.steps, rs.hint_start, rs.hint_end, rs.hint_switch)
-            prefixes = [hints.hint_tokens(ref, share, ctx.prompts.encode_text)[: r - 1]
-                        for ref in refs[:n_pre]]
+        b, g = ctx.b, ctx.g
+        prompts, refs, prefixes = self._prefixes(j, policy, info, int(round(rs.prefix_share * b)))
         prefixes += [[] for _ in range(b - len(prefixes))]
         self.last = {"restart/prefixed_group_frac": sum(1 for p in prefixes if p) / max(b, 1),
                      "restart/prefix_tokens": float(np.mean([len(p) for p in prefixes
@@ -70,10 +57,34 @@ class Prefixed(OnPolicy):
         return Plan(prompts[sl], refs[sl], sl.start * g, seeds=(seed_ids, seed_logp),
                     stream=streams.method_seed(c.seed, j, streams.FIRST_PASS))
 
+    def sample_metrics(self, samples):
+        return dict(self.last)
+
+
+class PrefixRL(Prefixed):
+    """Pool problems continued from the first `prefix_ratio` of their successful trace."""
+
+    def __init__(self, ctx):
+        super().__init__(ctx)
+        self.pool: list[dict] | None = None
+        self.last_pool: dict[str, float] = {}  # the pool's metrics, once (step 0)
+
+    def _prefixes(self, j, policy, info, n_pre):
+        ctx, c, rs = self.ctx, self.cfg, self.rs
+        if self.pool is None:
+            info.behavior_tokens += self._pool(policy, j)
+        if not self.pool:
+            n_pre = 0  # no problem solved within the budget: plain on-policy groups
+        prompts, refs = ctx.prompts.take(ctx.b - n_pre)
+        pick = np.random.default_rng(streams.method_seed(c.seed, j, CHOICE)).integers(
+            len(self.pool), size=n_pre) if n_pre else []
+        entries = [self.pool[int(i)] for i in pick]
+        prompts = [e["prompt_ids"] for e in entries] + prompts
+        refs = [e["reference"] for e in entries] + refs
+        return prompts, refs, [prefix_pool.prefix(e["trace"], rs.prefix_ratio) for e in entries]
+
     def _pool(self, policy: Policy, step: int) -> int:
         """Builds (step 0) or reads (a resumed run) PrefixRL's pool; returns tokens generated."""
-        from tseeds_jax.seeds import prefix_pool
-
         ctx, c, rs = self.ctx, self.cfg, self.rs
         if step > 0:
             self.pool, _ = prefix_pool.load(c.run_dir)
@@ -82,7 +93,7 @@ class Prefixed(OnPolicy):
         sl = ctx.hosts.slice(rs.pool_prompts, "restart.pool_prompts")  # this host's share
         tries = samples_lib.continue_samples(
             ctx.sample_fn, policy.sampler, prompts[sl], refs[sl], rs.pool_budget, ctx.r,
-            (streams.method_seed(c.seed, 0, streams.PREFIX_POOL), sl.start * rs.pool_budget))
+            (streams.method_seed(c.seed, 0, POOL), sl.start * rs.pool_budget))
         ctx.score(tries)
         mine = (prefix_pool.first_successes(tries, rs.pool_budget),
                 sum(len(s.cont_ids) for s in tries))
@@ -100,7 +111,32 @@ class Prefixed(OnPolicy):
         return out
 
 
-def _prefix(trace, ratio):
-    from tseeds_jax.seeds import prefix_pool
+class QuestA(Prefixed):
+    """Every prefixed group continues from a hint: the head of the reference solution."""
 
-    return prefix_pool.prefix(trace, ratio)
+    def _prefixes(self, j, policy, info, n_pre):
+        ctx, c, rs = self.ctx, self.cfg, self.rs
+        prompts, refs = ctx.prompts.take(ctx.b)
+        share = hints.hint_share(j, c.steps, rs.hint_start, rs.hint_end, rs.hint_switch)
+        return prompts, refs, [hints.hint_tokens(ref, share, ctx.prompts.encode_text)[: ctx.r - 1]
+                               for ref in refs[:n_pre]]
+
+
+FEATURE = registry.Feature("prefix", "PrefixRL / QuestA", registry.REFUSED_BY_ALL)
+
+registry.register(registry.MethodSpec(
+    name="prefixrl", label="PrefixRL", description="PrefixRL (pool prefixes, half the groups)",
+    feature=FEATURE, variant="state", route=PrefixRL,
+    # half of each batch's groups are pool problems continued from the first half of a
+    # successful base-model trace (pool: 8 samples per problem, once per run)
+    presets=lambda scale: {"restart.prefix_share": 0.5, "restart.prefix_ratio": 0.5,
+                           "restart.pool_budget": 8,
+                           "restart.pool_prompts": 64 if scale == "tiny" else 2048},
+    streams={"PREFIX_POOL": POOL, "PREFIX_CHOICE": CHOICE}))
+registry.register(registry.MethodSpec(
+    name="questa", label="QuestA", description="QuestA (hints 50% -> 25%)",
+    feature=FEATURE, variant="state", route=QuestA,
+    # every group continues from a hint: 50% of the reference solution, 25% from mid-run
+    # (QuestA trains on augmented, hinted problems only)
+    presets=lambda scale: {"restart.prefix_share": 1.0, "restart.hint_start": 0.5,
+                           "restart.hint_end": 0.25, "restart.hint_switch": 0.5}))

@@ -1,8 +1,8 @@
 """The run's route, chosen once when the run is built: a method, optionally generated through the
 partial-rollout pool, optionally behind M2PO's lag (with or without overlap).
 
-    method   on-policy | Thinking Seeds (T > 1) | FR3E / CURE | PrefixRL / QuestA,
-             [with LUFFY's traces]
+    method   on-policy | Thinking Seeds (T > 1) | a restart method (its registry entry's
+             route: PrefixRL / QuestA, FR3E / CURE), [with LUFFY's traces]
     source   MethodSource(method)                     synchronous: plan, generate, finish
              | PoolSource(method)                     stale.partial_tokens > 0
     wrapper  [Lagged(source, stale.steps, overlap)]   stale.steps > 0
@@ -12,10 +12,8 @@ config/compat.py's table says which of these combine; this module only composes 
 
 from __future__ import annotations
 
-from tseeds_jax.rl.config.checks import BRANCH_METHODS, PREFIX_METHODS
+from tseeds_jax.rl.methods import registry
 from tseeds_jax.rl.methods.base import MethodSource, OnPolicy
-from tseeds_jax.rl.methods.branch import Branched
-from tseeds_jax.rl.methods.prefix import Prefixed
 from tseeds_jax.rl.methods.seeds import ThinkingSeeds
 from tseeds_jax.rl.methods.traces import WithTraces
 from tseeds_jax.rl.rollout.finish import Finish
@@ -26,10 +24,8 @@ from tseeds_jax.rl.rollout.source import BatchSource, SourceContext
 
 def build_method(cfg, ctx: SourceContext, traces=None):
     """The run's generation method; `traces`: LUFFY's trace source (rl/methods/traces.py)."""
-    if cfg.restart.method in PREFIX_METHODS:
-        method = Prefixed(ctx)
-    elif cfg.restart.method in BRANCH_METHODS:
-        method = Branched(ctx)
+    if cfg.restart.method:
+        method = registry.get(cfg.restart.method).route(ctx)
     elif cfg.seeded:
         method = ThinkingSeeds(ctx)
     else:

@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from tseeds_jax.rl.methods import registry as method_registry
+
 # generation streams (4 words)
 ROLLOUT = 1  # a step's samples (the partial pool's first call of a step too)
 BEHAVIOR = 2  # a refresh's behavior rollouts (pi_b)
@@ -35,16 +37,14 @@ TOPUP = 3  # dynamic sampling's extra rounds (call = the round)
 PARTIAL = 4  # the partial pool's further calls of a step (call = the call index)
 GENERATION = (ROLLOUT, BEHAVIOR, TOPUP, PARTIAL)
 
-# method streams (3 words)
+# method streams (3 words); a restart method declares its own in its registry entry
+# (rl/methods/registry.py: PrefixRL's pool 0x7E10 and pick 0x7E11 in prefix.py, FR3E / CURE's
+# branches 0x7E13 and anchors 0x7E14 in branch.py)
 SIS = 0x515  # the top-K proposal's uniforms (a PRNG key per update)
-PREFIX_POOL = 0x7E10  # PrefixRL's pool by rejection sampling (step 0)
-PREFIX_CHOICE = 0x7E11  # PrefixRL's pick of pool problems
 FIRST_PASS = 0x7E12  # a restart method's first (or only) generation of a step
-BRANCH = 0x7E13  # FR3E / CURE branches
-ANCHOR = 0x7E14  # FR3E / CURE anchor choice
 LORA_INIT = 0x10A0  # LoRA adapters' A at initialisation (step 0; rl/learn/adapters.py)
 LORA_DROPOUT = 0x10A1  # LoRA adapter dropout masks' key (step 0; folded with update, micro-batch)
-METHOD = (SIS, PREFIX_POOL, PREFIX_CHOICE, FIRST_PASS, BRANCH, ANCHOR, LORA_INIT, LORA_DROPOUT)
+METHOD = (SIS, FIRST_PASS, LORA_INIT, LORA_DROPOUT)
 
 
 def _int31(words: list[int]) -> int:
@@ -60,9 +60,15 @@ def stream_seed(run_seed: int, step: int, stream: int, call: int = 0) -> int:
 
 
 def method_seed(run_seed: int, step: int, stream: int) -> int:
-    """The seed of a method stream at `step` (3 words)."""
-    if stream not in METHOD:
-        raise ValueError(f"stream {stream:#x} is not a method stream {METHOD}: use stream_seed")
+    """The seed of a method stream at `step` (3 words): one of `METHOD` or a restart method's
+    (ValueError when a restart method declared a value that is one of this module's)."""
+    own = method_registry.streams()
+    for name, value in own.items():
+        if value in METHOD + GENERATION:
+            raise ValueError(f"method stream {name}={value:#x} is one of rl/rollout/streams.py's")
+    known = METHOD + tuple(own.values())
+    if stream not in known:
+        raise ValueError(f"stream {stream:#x} is not a method stream {known}: use stream_seed")
     return _int31([run_seed, step, stream])
 
 
