@@ -15,6 +15,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("tseeds_jax.rl.train_cli", "train with an ml_collections config"),
     "eval": ("tseeds_jax.eval.cli", "avg@k / pass@k and relay evaluation of checkpoints"),
     "report": ("tseeds_jax.eval.report_cli", "write the markdown report with plots for a run folder"),
+    "export": ("tseeds_jax.hf.export_cli", "export a trained run as an HF (or PEFT) folder"),
     "convert": ("tseeds_jax.hf.cli", "convert HF safetensors <-> Orbax checkpoints"),
     "serve": ("tseeds_jax.sampling.serve", "serve a checkpoint with JetStream's gRPC server"),
     "plan": ("tseeds_jax.scale.plan_cli", "per-device memory plan for a config"),

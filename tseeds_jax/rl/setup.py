@@ -306,59 +306,56 @@ def build_env(cfg: TrainConfig, *, checkpointer=None, model=None) -> tuple[Train
 
 
 def load_run(run_dir: str, step: int | None = None):
-    """(graphdef, params, TrainConfig, tokenizer) of a training run's checkpoint (latest by default).
+    """(graphdef, params, TrainConfig, tokenizer) of a training run's checkpoint (latest by
+    default), its model rebuilt from what the checkpoint records it started from
+    (tseeds_jax/rl/loaded.py; a LoRA run's adapters merged into its base)."""
+    from tseeds_jax.rl.loaded import load_run as _load_run
 
-    The run's config is read from the checkpoint's meta, so evaluation needs only the folder. A
-    LoRA run's model is its base (rebuilt from `model.init`) with the adapters merged in.
-    """
+    return _load_run(run_dir, step)
+
+
+def record_model_source(cfg: TrainConfig, model=None) -> dict:
+    """The checkpoint meta field that says what the run's model started from
+    (rl/run/source.py). model: the starting model given in memory, before any adapters; it is
+    saved as RUN_DIR/base_model (a run with checkpoints of another base there is refused)."""
+    from tseeds_jax.rl.run import source as source_lib
+
+    out = {}
+    if model is None:
+        out["model_source"] = source_lib.init_source(cfg.model.init)
+        return out
+    from tseeds_jax import hf
+
+    rec = source_lib.saved_source(hf.params_of(model))
+    out["model_source"] = rec
+    name = source_lib.SAVED_BASE_DIR
+    remote = run_files.is_remote(cfg.run_dir)
+    if remote:
+        run_files.pull(cfg.run_dir, name)
+    local = os.path.join(run_files.local_dir(cfg.run_dir), name)
+    if os.path.isdir(local):
+        have = source_lib.saved_source(hf.params_of(hf.load_checkpoint_model(local)))
+        if have["sha256"] == rec["sha256"]:
+            return out
+        from tseeds_jax import checkpoint
+
+        ckpt = os.path.join(cfg.run_dir, "ckpt")
+        if epath_dir(ckpt) and checkpoint.Checkpoints(ckpt, keep_last=None).steps():
+            raise source_lib.RunSourceError(
+                f"{local}: the run's saved base model differs from the model given now "
+                f"(sha256 {have['sha256'][:16]}... vs {rec['sha256'][:16]}...) and {ckpt} holds "
+                "checkpoints trained on the saved one; use another run_dir")
+    if jax.process_index() == 0:  # one writer; every host reads the same folder
+        hf.save_checkpoint_model(model, local, overwrite=True)
+        if remote:
+            run_files.push(cfg.run_dir, name)
+    return out
+
+
+def epath_dir(path: str) -> bool:
     from etils import epath
 
-    from tseeds_jax import checkpoint
-
-    ckpt_dir = os.path.join(run_dir, "ckpt")
-    if not epath.Path(ckpt_dir).is_dir():  # local or gs://
-        raise FileNotFoundError(f"{run_dir}: not a training run (no ckpt/ folder)")
-    ckpts = checkpoint.Checkpoints(ckpt_dir, keep_last=None)
-    steps = ckpts.steps()
-    if not steps:
-        raise FileNotFoundError(f"{ckpt_dir}: no checkpoints")
-    step = steps[-1] if step is None else step
-    meta = ckpts.read_meta(step)
-    if not meta.get("config"):
-        raise ValueError(f"{ckpt_dir}/{step}: checkpoint meta has no 'config'")
-    cfg = TrainConfig.from_config(meta["config"])
-    tok = build_tokenizer(dataclasses.replace(cfg, run_dir=run_dir), build_source(cfg))
-    model = build_model(cfg, tok.vocab_size)
-    raw, _ = ckpts.restore(step)
-    if cfg.lora.rank:  # the checkpoint holds adapters: merged into the base from model.init
-        from tseeds_jax.model import lora
-
-        fresh = dataclasses.replace(cfg.lora, init="")  # its values are in the checkpoint
-        graphdef, adapters, frozen = adapters_lib.split(
-            adapters_lib.adapt(model, fresh, cfg.seed), cfg.seed)
-        adapters = _fill(adapters, raw["train"]["params"])
-        model = lora.merge_lora(nnx.merge(graphdef, adapters, *frozen.states))
-        graphdef, params = nnx.split(model)
-        return graphdef, params, cfg, tok
-    graphdef, params = nnx.split(model)
-    params = _fill(params, raw["train"]["params"])
-    return graphdef, params, cfg, tok
-
-
-def _fill(template, raw):
-    """Copies restored leaves (nested dicts) into the structure of `template`."""
-    leaves_t, treedef = jax.tree_util.tree_flatten(template)
-    leaves_r = jax.tree_util.tree_leaves(raw)
-    if len(leaves_t) != len(leaves_r):
-        raise ValueError(f"checkpoint has {len(leaves_r)} parameter arrays, model expects "
-                         f"{len(leaves_t)}")
-    out = []
-    for t, r in zip(leaves_t, leaves_r):
-        if tuple(np.shape(r)) != tuple(np.shape(t)):
-            raise ValueError(f"checkpoint array of shape {np.shape(r)} where the model expects "
-                             f"{np.shape(t)}")
-        out.append(jax.numpy.asarray(r, dtype=t.dtype))
-    return jax.tree_util.tree_unflatten(treedef, out)
+    return epath.Path(path).is_dir()
 
 
 def build_mesh(cfg: TrainConfig):
@@ -388,12 +385,18 @@ def make_trainer(cfg: TrainConfig, *, config_json: dict | None = None, checkpoin
     `stale.steps` (tests run it with lag 0). model: the starting `Transformer` (`build_env`)."""
     compat.check(cfg, hosts=jax.process_count())  # the combination table, with the hosts
     mesh = build_mesh(cfg)
-    env, _ = build_env(cfg, model=model)
+    # The base is recorded before build_env attaches a LoRA run's adapters to `model`.
+    sources = record_model_source(cfg, model) if checkpoints else None
+    env, tok = build_env(cfg, model=model)
     if checkpoints:
+        from tseeds_jax.rl.run.source import tokenizer_source
+
+        sources["tokenizer"] = tokenizer_source(cfg.tokenizer, cfg.run_dir, tok)
         env.checkpointer = RunCheckpointer(cfg.run_dir, keep_last=cfg.keep_checkpoints,
                                            response_width=cfg.rollout.max_response_len,
                                            snapshots=cfg.seeds.snapshots,
-                                           config_json=config_json or dataclasses.asdict(cfg))
+                                           config_json=config_json or dataclasses.asdict(cfg),
+                                           run_meta=sources)
     for k, v in (env_overrides or {}).items():
         setattr(env, k, v)
     several = math.prod(mesh.devices.shape) > 1
