@@ -42,7 +42,8 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         out = export_run(args.run, args.out, fmt=args.fmt, dtype=args.dtype,
-                         max_shard_size=args.max_shard_size, base_model=args.base_model,
+                         max_shard_size=(int(args.max_shard_size) if args.max_shard_size.isdigit()
+                                         else args.max_shard_size), base_model=args.base_model,
                          overwrite=args.overwrite)
     except (ValueError, FileNotFoundError, FileExistsError, KeyError) as e:
         # ConversionError, RunSourceError and TokenizerExportError are ValueErrors
