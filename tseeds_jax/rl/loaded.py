@@ -84,9 +84,9 @@ def _base_model(cfg: TrainConfig, run_dir: str, recorded: dict, where: str, voca
         if run_files.is_remote(run_dir):  # the model checkpoint reader reads local folders
             run_files.pull(run_dir, source_lib.SAVED_BASE_DIR)
             local = os.path.join(run_files.local_dir(run_dir), source_lib.SAVED_BASE_DIR)
+        # The stored dtype: the run trained the given model as it was (its hash says so).
         m = cfg.model
-        model = hf.load_checkpoint_model(local, dtype=m.param_dtype, compute_dtype=m.dtype,
-                                         **m.run_settings())
+        model = hf.load_checkpoint_model(local, compute_dtype=m.dtype, **m.run_settings())
         now = source_lib.saved_source(hf.params_of(model))
         source_lib.check(recorded, now, where + " meta model_source", "base model")
         return model
