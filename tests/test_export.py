@@ -3,11 +3,15 @@ few steps with a reward (so the weights move), come out as folders transformers 
 load; their logits equal our `load_run` model's within the HF parity bound (1e-4,
 tests/test_hf_parity.py), the weights differ from the initial ones, and the exported tokenizer
 encodes the run's prompts (and its chat template renders them) to the ids the run used. A run
-whose recorded base is missing or changed does not load, and the error names it."""
+whose recorded base is missing or changed does not load, and the error names it. And `tseeds
+eval` on one of these runs starts without libtpu's errors on a machine without a TPU."""
 
+import importlib.util
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import jax.numpy as jnp
 import numpy as np
@@ -17,7 +21,7 @@ import torch
 import transformers
 
 from tests.trainer_utils import parity_reward, tiny_cd
-from tseeds_jax import cli
+from tseeds_jax import cli, platforms
 from tseeds_jax.data.templates import encode_prompt
 from tseeds_jax.hf.testing import hf_reference_model
 from tseeds_jax.rl.config import TrainConfig
@@ -148,3 +152,51 @@ def test_a_missing_or_changed_base_stops_the_load_naming_it(runs):
     finally:
         shutil.copy2(keep, weights)
     load_run(runs["lora"])  # restored: loads again
+
+
+LIBTPU_LINES = ("TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES", "E0000")
+
+
+def _eval_stderr(runs, code):
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    env["PYTHONPATH"] = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    p = subprocess.run([sys.executable, "-c", code, runs["full"], "--n", "1", "--problems", "2"],
+                       env=env, capture_output=True, text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "pass@1" in p.stdout
+    return p.stderr
+
+
+@pytest.mark.slow  # two subprocesses (~25 s each on 2 busy cores)
+def test_cpu_commands_start_without_libtpu_errors(runs):
+    """`tseeds eval` in a subprocess without JAX_PLATFORMS, on this machine without a TPU:
+    libtpu is not probed (tseeds_jax/platforms.py). Where libtpu is installed, the same
+    evaluation run past the command's platform choice prints its errors: the check is real."""
+    if platforms.tpu_attached():
+        pytest.skip("a TPU is attached: libtpu is meant to initialise")
+    err = _eval_stderr(runs, "import sys; from tseeds_jax import cli; "
+                             "sys.exit(cli.main(['eval'] + sys.argv[1:]))")
+    assert not [line for line in LIBTPU_LINES if line in err], err[-2000:]
+    if importlib.util.find_spec("libtpu") is not None:
+        raw = _eval_stderr(runs, "import sys; from tseeds_jax.eval.cli import main; "
+                                 "sys.exit(main(sys.argv[1:]))")
+        assert any(line in raw for line in LIBTPU_LINES)
+
+
+def test_choose_platform_leaves_tpus_gpus_and_explicit_choices_alone(tmp_path, monkeypatch):
+    monkeypatch.setattr(platforms, "_installed", lambda name: name == "libtpu")
+    dev = tmp_path / "dev"
+    dev.mkdir()
+    env = {}
+    assert platforms.choose_platform("eval", env, str(dev)) == "cpu" and env == {
+        "JAX_PLATFORMS": "cpu"}
+    assert platforms.choose_platform("compile", {}, str(dev)) is None  # libtpu compiles there
+    assert platforms.choose_platform("eval", {"JAX_PLATFORMS": "tpu"}, str(dev)) is None
+    assert platforms.choose_platform("eval", {"TPU_NAME": "v5p-8"}, str(dev)) is None
+    (dev / "vfio").mkdir()
+    (dev / "vfio" / "vfio").touch()  # the control node alone: no TPU
+    assert platforms.choose_platform("train", {}, str(dev)) == "cpu"
+    (dev / "vfio" / "0").touch()
+    assert platforms.choose_platform("train", {}, str(dev)) is None
+    monkeypatch.setattr(platforms, "_installed", lambda name: False)  # no libtpu: nothing to quiet
+    assert platforms.choose_platform("train", {}, str(tmp_path)) is None

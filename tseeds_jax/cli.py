@@ -40,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"tseeds: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
+    # Before anything imports JAX: no libtpu probing (and its errors) where no TPU is attached.
+    from tseeds_jax.platforms import choose_platform
+
+    choose_platform(name)
     module = importlib.import_module(COMMANDS[name][0])
     return int(module.main(rest) or 0)
 
