@@ -25,7 +25,7 @@ from tseeds_jax import cli, platforms
 from tseeds_jax.data.templates import encode_prompt
 from tseeds_jax.hf.testing import hf_reference_model
 from tseeds_jax.rl.config import TrainConfig
-from tseeds_jax.rl.loaded import open_run
+from tseeds_jax.rl.run.loaded import open_run
 from tseeds_jax.rl.run.source import RunSourceError
 from tseeds_jax.rl.setup import build_source, load_run, make_trainer
 
@@ -200,3 +200,13 @@ def test_choose_platform_leaves_tpus_gpus_and_explicit_choices_alone(tmp_path, m
     assert platforms.choose_platform("train", {}, str(dev)) is None
     monkeypatch.setattr(platforms, "_installed", lambda name: False)  # no libtpu: nothing to quiet
     assert platforms.choose_platform("train", {}, str(tmp_path)) is None
+
+
+def test_serve_run_loads_the_evaluated_model_with_its_tokenizer_and_template(runs):
+    from tseeds_jax.export.serve_cli import load_run_model
+
+    model, tok, template = load_run_model(runs["lora"] + "@2")
+    ours, cfg, run_tok = _ours(runs["lora"])
+    got = np.asarray(model(jnp.asarray(TOKENS, jnp.int32)))
+    assert np.abs(got - ours).max() == 0.0
+    assert template == cfg.data.template and tok.encode("1+2") == run_tok.encode("1+2")

@@ -18,7 +18,7 @@ from tseeds_jax import checkpoint, cli
 from tseeds_jax.hf.testing import write_random_hf_folder
 from tseeds_jax.model import ModelConfig
 from tseeds_jax.rl.config import TrainConfig
-from tseeds_jax.rl.loaded import open_run
+from tseeds_jax.rl.run.loaded import open_run
 from tseeds_jax.rl.run.source import RunSourceError
 from tseeds_jax.rl.setup import load_run, make_trainer
 

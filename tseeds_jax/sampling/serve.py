@@ -1,6 +1,6 @@
 """`tseeds serve`: JetStream's orchestrator and gRPC server over `TSeedsEngine`, on 127.0.0.1.
 
-    tseeds serve --run RUN_DIR[@STEP] --port 9000  # a training run: its model, tokenizer, template
+    tseeds serve --run RUN_DIR[@STEP] --port 9000  # a training run (via export/serve_cli.py)
     tseeds serve --ckpt DIR --port 9000            # HF folder (config.json) or Orbax checkpoint
     tseeds serve --random-tiny --port 9000         # random default ModelConfig, for tests
 
@@ -50,16 +50,6 @@ def load_model(ckpt: str | None, *, random_tiny: bool = False, model_config: str
     elif not random_tiny:
         raise ValueError("give --ckpt DIR, --random-tiny or --model-config JSON")
     return init_model(cfg, seed=seed)
-
-
-def load_run_model(spec: str):
-    """(model, tokenizer, template) of a training run's checkpoint, `RUN_DIR` or `RUN_DIR@STEP`
-    (the model `tseeds eval` evaluates: rl/loaded.py)."""
-    from tseeds_jax.hf.export import parse_run  # noqa: PLC0415
-    from tseeds_jax.rl.loaded import open_run  # noqa: PLC0415
-
-    run = open_run(*parse_run(spec))
-    return run.merged(), run.tokenizer, run.cfg.data.template
 
 
 def folder_tokenizer(ckpt: str):
@@ -113,7 +103,9 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, load_run_model=None) -> int:
+    """load_run_model: RUN_DIR[@STEP] -> (model, tokenizer, template), for `--run`; given by
+    `tseeds serve` (export/serve_cli.py: building a run's model is rl's, above sampling)."""
     args = _parser().parse_args(argv)
     if not 0 < args.port < 65536:
         raise SystemExit(f"--port {args.port}: must be in 1..65535")
@@ -122,6 +114,8 @@ def main(argv: list[str] | None = None) -> int:
 
     tok, template = None, args.template or "raw"
     if args.run:
+        if load_run_model is None:
+            raise SystemExit("--run: serve a run with the `tseeds serve` command")
         model, tok, run_template = load_run_model(args.run)
         template = args.template or run_template
     else:

@@ -7,7 +7,7 @@
     peft    a LoRA run's adapters as a PEFT folder whose base_model_name_or_path is the run's
             base (its `hf:` folder; --base-model for any other), plus the tokenizer
 
-The model is the one `tseeds eval` evaluates (rl/loaded.py: the recorded base, checked, plus
+The model is the one `tseeds eval` evaluates (rl/run/loaded.py: the recorded base, checked, plus
 the checkpoint). The folder appears complete or not at all. A `gs://` run folder is read
 through etils.epath; a `gs://` OUT is written locally first and then copied.
 """
@@ -71,7 +71,7 @@ def _probe_prompts(run, count: int = 16) -> list[str]:
     """The first prompts of the run's source, rendered: the converted tokenizer must encode
     them as the run did."""
     from tseeds_jax.data.templates import get_template
-    from tseeds_jax.rl.setup import build_source
+    from tseeds_jax.rl.builders import build_source
 
     t = get_template(run.cfg.data.template)
     source = build_source(run.cfg)
@@ -93,11 +93,23 @@ def _write_tokenizer(run, folder: Path) -> None:
             json.dumps(generation_config(run), indent=2) + "\n")
 
 
+def _upload(src: Path, dst: str) -> None:
+    """Copies the local folder `src` to `dst` (gs://...) file by file through etils.epath."""
+    from etils import epath
+
+    root = epath.Path(dst)
+    for path in sorted(src.rglob("*")):
+        if path.is_file():
+            target = root / str(path.relative_to(src))
+            target.parent.mkdir(parents=True, exist_ok=True)  # no-op on object stores
+            target.write_bytes(path.read_bytes())
+
+
 def export_run(spec: str, out: str, *, fmt: str = "hf", dtype: str | None = None,
                max_shard_size: int | str = DEFAULT_MAX_SHARD_SIZE,
                base_model: str | None = None, overwrite: bool = False) -> str:
     """Writes the checkpoint `spec` (RUN_DIR or RUN_DIR@STEP) as `fmt` into `out`."""
-    from tseeds_jax.rl.loaded import open_run
+    from tseeds_jax.rl.run.loaded import open_run
 
     if fmt not in FORMATS:
         raise ValueError(f"--format {fmt!r}: expected one of {FORMATS}")
@@ -130,10 +142,6 @@ def export_run(spec: str, out: str, *, fmt: str = "hf", dtype: str | None = None
     finally:
         shutil.rmtree(tok_dir, ignore_errors=True)
     if remote:
-        from etils import epath
-
-        from tseeds_jax.rl.run.run_files import _copy_tree
-
-        _copy_tree(epath.Path(local), epath.Path(out))
+        _upload(Path(local), str(out))
         shutil.rmtree(os.path.dirname(local), ignore_errors=True)
     return str(out)

@@ -66,7 +66,7 @@ class OpenRun:
 def _base_model(cfg: TrainConfig, run_dir: str, recorded: dict, where: str, vocab_size: int):
     """The run's starting model per its recorded source (checked), or per `model.init` for a
     run written before sources were recorded."""
-    from tseeds_jax.rl.setup import build_model
+    from tseeds_jax.rl.builders import build_model
 
     if not recorded:
         if cfg.lora.rank and cfg.model.init == "random":
@@ -101,8 +101,8 @@ def _base_model(cfg: TrainConfig, run_dir: str, recorded: dict, where: str, voca
 def open_run(run_dir: str, step: int | None = None) -> OpenRun:
     """The checkpoint `step` (default: the latest) of the run folder `run_dir` (local or gs://)."""
     from tseeds_jax import checkpoint
+    from tseeds_jax.rl.builders import build_source, build_tokenizer
     from tseeds_jax.rl.learn import adapters as adapters_lib
-    from tseeds_jax.rl.setup import build_source, build_tokenizer
 
     run_dir = str(run_dir)
     ckpt_dir = os.path.join(run_dir, "ckpt")
@@ -159,5 +159,8 @@ def _fill(template, raw, where: str):
         if tuple(np.shape(r)) != tuple(np.shape(t)):
             raise ValueError(f"{where}: checkpoint array of shape {np.shape(r)} where the model "
                              f"expects {np.shape(t)}")
-        out.append(jax.numpy.asarray(r, dtype=t.dtype))
+        # Orbax restores onto the devices it saved from; the model's arrays say where they
+        # live (a base read onto one device, adapters saved from a run over several).
+        out.append(jax.device_put(jax.numpy.asarray(r, dtype=t.dtype),
+                                  getattr(t, "sharding", None)))
     return jax.tree_util.tree_unflatten(treedef, out)

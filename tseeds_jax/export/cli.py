@@ -38,7 +38,7 @@ def _parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(sys.argv[1:] if argv is None else argv)
-    from tseeds_jax.hf.export import export_run
+    from tseeds_jax.export.run_export import export_run
 
     try:
         out = export_run(args.run, args.out, fmt=args.fmt, dtype=args.dtype,
