@@ -1,8 +1,9 @@
 """Run folders describe what their model started from (tseeds_jax/rl/run/source.py).
 
-- A `tseeds demo --quick --lora` LoRA run trains adapters on a base that exists only in memory;
-  its folder keeps that base (RUN_DIR/base_model) and `tseeds eval` on it gives the pass@k the
-  demo reported (same problems, same sampling seed), where a random base gave 0%.
+- `tseeds demo --quick --lora` runs (full and LoRA) start from a base that exists only in
+  memory; their folders keep it (RUN_DIR/base_model) and `tseeds eval` on them gives the pass@k
+  the demo reported (same problems, same sampling seed); a LoRA run's loaded onto a random base
+  gave 0% before. A LoRA run whose saved base is gone does not load, naming it.
 - A resumed run whose recorded base changed stops with an error naming the checkpoint's meta.
 - A run folder written before these fields existed still resumes and loads.
 """
@@ -23,25 +24,31 @@ from tseeds_jax.rl.run.source import RunSourceError
 from tseeds_jax.rl.setup import load_run, make_trainer
 
 
-@pytest.mark.slow  # one warm start and one 2-step LoRA run with the quick demo's evaluations
-def test_demo_lora_run_evaluates_to_what_the_demo_reported(tmp_path):
+@pytest.mark.slow  # one warm start, a 2-step full and a 2-step LoRA run, the quick evaluations
+def test_demo_runs_evaluate_to_what_the_demo_reported(tmp_path):
     out = str(tmp_path / "demo")
-    assert cli.main(["demo", "--quick", "--methods", "dapo_lora", "--warm-steps", "10",
+    assert cli.main(["demo", "--quick", "--methods", "dapo", "--lora", "--warm-steps", "10",
                      "--rl-steps", "2", "--out", out]) == 0
-    run = os.path.join(out, "runs", "dapo_lora", "seed0")
-    reported = json.load(open(os.path.join(run, "eval.json")))
-    meta = open_run(run).meta["model_source"]
-    assert meta["kind"] == "saved" and os.path.isdir(os.path.join(run, "base_model"))
-    # the demo's final evaluation: its held-out problems, n samples each, sampling seed 7
-    res = str(tmp_path / "eval.json")
-    assert cli.main(["eval", run, "--n", str(reported["n"]), "--problems",
-                     str(reported["num_problems"]), "--seed", "7", "--out", res]) == 0
-    got = json.load(open(res))["single"]
-    assert got["pass_at_k"] == reported["pass_at_k"]
-    assert got["mean_length"] == reported["mean_length"]  # the same responses, not only counts
-    shutil.move(os.path.join(run, "base_model"), str(tmp_path / "aside"))
-    with pytest.raises(RunSourceError, match="base model saved:.*base_model is missing"):
-        load_run(run)
+    for name in ("dapo_lora", "dapo"):
+        run = os.path.join(out, "runs", name, "seed0")
+        reported = json.load(open(os.path.join(run, "eval.json")))
+        meta = open_run(run).meta["model_source"]
+        assert meta["kind"] == "saved" and os.path.isdir(os.path.join(run, "base_model"))
+        # the demo's final evaluation: its held-out problems, n samples each, sampling seed 7
+        res = str(tmp_path / f"{name}.json")
+        assert cli.main(["eval", run, "--n", str(reported["n"]), "--problems",
+                         str(reported["num_problems"]), "--seed", "7", "--out", res]) == 0
+        got = json.load(open(res))["single"]
+        assert got["pass_at_k"] == reported["pass_at_k"], name
+        assert got["mean_length"] == reported["mean_length"], name  # the same responses
+    # a LoRA run needs its base; a full run's checkpoint holds every weight
+    for name in ("dapo_lora", "dapo"):
+        run = os.path.join(out, "runs", name, "seed0")
+        shutil.move(os.path.join(run, "base_model"), str(tmp_path / f"aside-{name}"))
+    with pytest.raises(RunSourceError, match="base model saved:.*dapo_lora/seed0/base_model is "
+                                             "missing"):
+        load_run(os.path.join(out, "runs", "dapo_lora", "seed0"))
+    load_run(os.path.join(out, "runs", "dapo", "seed0"))
 
 
 def _trainer(run_dir, base, **overrides):

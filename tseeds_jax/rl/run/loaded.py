@@ -68,6 +68,10 @@ def _base_model(cfg: TrainConfig, run_dir: str, recorded: dict, where: str, voca
     run written before sources were recorded."""
     from tseeds_jax.rl.builders import build_model
 
+    if not cfg.lora.rank and recorded.get("kind") != "hf" and recorded.get("kind") != "orbax":
+        # Every parameter is in the checkpoint: the base gives the model's structure only,
+        # which config.model.arch describes (a base saved in the folder may be gone).
+        return build_model(cfg, vocab_size)
     if not recorded:
         if cfg.lora.rank and cfg.model.init == "random":
             log.warning("%s: the checkpoint predates recorded model sources; its LoRA base is "
@@ -91,8 +95,9 @@ def _base_model(cfg: TrainConfig, run_dir: str, recorded: dict, where: str, voca
         source_lib.check(recorded, now, where + " meta model_source", "base model")
         return model
     if kind in ("hf", "orbax"):
-        now = source_lib.init_source(f"{kind}:{path}")
-        source_lib.check(recorded, now, where + " meta model_source", "base model")
+        if cfg.lora.rank:  # a full run's checkpoint overwrites every weight of the base
+            now = source_lib.init_source(f"{kind}:{path}")
+            source_lib.check(recorded, now, where + " meta model_source", "base model")
         cfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model,
                                                                  init=f"{kind}:{path}"))
     return build_model(cfg, vocab_size)
