@@ -129,7 +129,7 @@ def test_export_refuses_what_it_cannot_write(runs, tmp_path, capsys):
     assert "no checkpoint for step 99" in capsys.readouterr().err
 
 
-def test_a_missing_or_changed_base_stops_the_load_naming_it(runs):
+def test_a_missing_or_changed_base_stops_the_load_naming_it(runs, tmp_path, capsys):
     meta = open_run(runs["lora"]).meta["model_source"]
     assert meta["kind"] == "hf" and meta["path"] == str(runs["base"])
     base = runs["base"]
@@ -138,6 +138,12 @@ def test_a_missing_or_changed_base_stops_the_load_naming_it(runs):
     try:
         with pytest.raises(RunSourceError, match=f"base model hf:{base} is missing"):
             load_run(runs["lora"])
+        capsys.readouterr()
+        assert cli.main(["eval", runs["lora"], "--n", "1", "--problems", "1"]) == 2
+        assert cli.main(["export", runs["lora"], str(tmp_path / "out")]) == 1
+        err = capsys.readouterr().err
+        assert err.count(f"base model hf:{base} is missing") == 2, err
+        assert not (tmp_path / "out").exists()
     finally:
         os.replace(aside, base)
     weights = base / "model.safetensors"
