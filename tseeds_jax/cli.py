@@ -15,8 +15,9 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "train": ("tseeds_jax.rl.train_cli", "train with an ml_collections config"),
     "eval": ("tseeds_jax.eval.cli", "avg@k / pass@k and relay evaluation of checkpoints"),
     "report": ("tseeds_jax.eval.report_cli", "write the markdown report with plots for a run folder"),
+    "export": ("tseeds_jax.export.cli", "export a trained run as an HF (or PEFT) folder"),
     "convert": ("tseeds_jax.hf.cli", "convert HF safetensors <-> Orbax checkpoints"),
-    "serve": ("tseeds_jax.sampling.serve", "serve a checkpoint with JetStream's gRPC server"),
+    "serve": ("tseeds_jax.export.serve_cli", "serve a checkpoint with JetStream's gRPC server"),
     "plan": ("tseeds_jax.scale.plan_cli", "per-device memory plan for a config"),
     "compile": ("tseeds_jax.scale.compile_cli", "compile a config's step programs for its TPU target"),
     "tokenizer": ("tseeds_jax.data.tokenizer_cli", "train or inspect a tokenizer"),
@@ -39,6 +40,10 @@ def main(argv: list[str] | None = None) -> int:
     if name not in COMMANDS:
         print(f"tseeds: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
         return 2
+    # Before anything imports JAX: no libtpu probing (and its errors) where no TPU is attached.
+    from tseeds_jax.platforms import choose_platform
+
+    choose_platform(name)
     module = importlib.import_module(COMMANDS[name][0])
     return int(module.main(rest) or 0)
 

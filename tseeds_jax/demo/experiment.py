@@ -327,7 +327,10 @@ def run_one(dc: DemoConfig, tok_path: str, base_params, method: Method, seed: in
                             held_out=False)
     # The learner donates its state's buffers: give each run its own copy of the base params.
     own = jax.tree_util.tree_map(lambda x: x.copy(), base_params)
-    if cfg.lora.rank:  # adapters on the base: the base is the run's model, frozen
+    if base_graphdef is not None:
+        # The base is the run's starting model (a LoRA run's frozen one): make_trainer saves
+        # it in the run folder and records it, so `tseeds eval` rebuilds what was trained
+        # (rl/run/source.py).
         from flax import nnx
 
         trainer = make_trainer(cfg, config_json=json.loads(cd.to_json_best_effort()),

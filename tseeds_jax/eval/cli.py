@@ -28,11 +28,14 @@ def _parse_run(spec: str) -> tuple[str, int | None]:
 
 
 def _load(spec: str):
+    from tseeds_jax.rl.run.source import RunSourceError
     from tseeds_jax.rl.setup import load_run
 
     path, step = _parse_run(spec)
     try:
         return load_run(path, step)
+    except RunSourceError as e:  # a missing or changed base / tokenizer: the message says which
+        raise ValueError(f"checkpoint {spec!r}: {e}") from None
     except FileNotFoundError as e:
         raise ValueError(f"checkpoint {spec!r} not found: {e}") from None
     except (ValueError, KeyError, TypeError) as e:

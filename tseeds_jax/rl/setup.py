@@ -15,7 +15,8 @@ from flax import nnx
 
 import tseeds_jax.rl.config.compat as compat
 from tseeds_jax.data.loader import ExampleLoader
-from tseeds_jax.model import ModelConfig, init_model, sharding
+from tseeds_jax.model import ModelConfig, sharding
+from tseeds_jax.rl.builders import build_model, build_source, build_tokenizer
 from tseeds_jax.rl.config.errors import ConfigValueError
 from tseeds_jax.rl.config.schema import TrainConfig
 from tseeds_jax.rl.learn import adapters as adapters_lib
@@ -82,103 +83,6 @@ class PromptStream:
                         "epoch %d, offset %d of the new order", epoch, position)
             state = {**self.loader.get_state(), "epoch": epoch, "position": position}
         self.loader.set_state(state)
-
-
-def build_source(cfg: TrainConfig):
-    """An indexable example source: procedural (compact / reasoning-gym) or a registered file
-    dataset `NAME:PATH` (built once into tfds array_record under data.data_dir)."""
-    src = cfg.data.source
-    kind, _, name = src.partition(":")
-    params = dict(cfg.data.params)
-    size = cfg.data.size
-    if kind == "compact" and name == "chain_sum":
-        from tseeds_jax.data.compact_arith import CompactChainSum
-
-        return CompactChainSum(seed=cfg.seed, size=size, config=params)
-    if kind == "reasoning_gym":
-        from tseeds_jax.data.reasoning_gym_tasks import ReasoningGymSource
-
-        return ReasoningGymSource(name, seed=cfg.seed, size=size, config=params)
-    from tseeds_jax.data import registry, sources
-
-    if kind in registry.list_datasets() and name:
-        data_dir = cfg.data.data_dir or os.path.join(cfg.run_dir, "data")
-        source = sources.make_source(kind, data_dir=data_dir, files=name, skip_invalid=True)
-        if 0 < size < len(source):  # the paper trains on seeded random subsets (e.g. 4,608)
-            keep = np.sort(np.random.default_rng([cfg.seed, 0x5B5E7]).choice(
-                len(source), size, replace=False))
-            return _Subset(source, keep)
-        return source
-    raise ConfigValueError(f"config.data.source={src!r}: expected 'compact:chain_sum', "
-                           f"'reasoning_gym:TASK' or 'DATASET:PATH' with DATASET one of "
-                           f"{registry.list_datasets()}")
-
-
-class _Subset:
-    def __init__(self, source, indices):
-        self.source, self.indices = source, indices
-
-    def __len__(self):
-        return len(self.indices)
-
-    def __getitem__(self, i):
-        return self.source[int(self.indices[i])]
-
-
-def build_tokenizer(cfg: TrainConfig, source):
-    """`train:char` trains a character-level sentencepiece model on the task (cached in run_dir)."""
-    from tseeds_jax.data.tokenizer import load_tokenizer
-    from tseeds_jax.data.tokenizer_train import train_sentencepiece
-
-    spec = cfg.tokenizer
-    if spec.startswith("train:"):
-        # sentencepiece reads and writes local files only: a gs:// run keeps it in its mirror.
-        local = run_files.local_dir(cfg.run_dir)
-        path = os.path.join(local, "tokenizer.model")
-        found = (run_files.pull(cfg.run_dir, "tokenizer.model") if run_files.is_remote(cfg.run_dir)
-                 else os.path.exists(path))
-        if found:
-            return load_tokenizer(path)
-        texts = [source[i]["prompt"] for i in range(min(len(source), 2000))]
-        if hasattr(source, "solution"):
-            texts += [source.solution(i) for i in range(min(len(source), 2000))]
-        if hasattr(source, "alphabet"):
-            texts.append(source.alphabet())
-        os.makedirs(local, exist_ok=True)
-        tok = train_sentencepiece(texts, vocab_size=64, model_type=spec.split(":", 1)[1], out=path)
-        run_files.push(cfg.run_dir, "tokenizer.model")
-        return tok
-    kind, _, path = spec.partition(":")
-    if kind in ("spm", "hf"):
-        return load_tokenizer(path)
-    raise ConfigValueError(f"config.tokenizer={spec!r}: expected 'train:char', 'spm:PATH' or "
-                           "'hf:PATH'")
-
-
-def build_model(cfg: TrainConfig, vocab_size: int):
-    m = cfg.model
-    init = m.init
-    # The run settings apply whatever the weights' source (`TrainModelConfig.run_settings`: the
-    # programs `tseeds plan` / `tseeds compile` size are built with the same ones).
-    run = m.run_settings()
-    if init == "random":
-        model = init_model(m.model_config(vocab_size=vocab_size, read_hf=False), seed=cfg.seed)
-    elif init.startswith("hf:"):
-        from tseeds_jax import hf
-
-        model = hf.from_pretrained(init[3:], dtype=m.param_dtype, compute_dtype=m.dtype, **run)
-    elif init.startswith("orbax:"):
-        from tseeds_jax import hf
-
-        model = hf.load_checkpoint_model(init[6:], dtype=m.param_dtype, compute_dtype=m.dtype,
-                                         **run)
-    else:
-        raise ConfigValueError(f"config.model.init={init!r}: expected 'random', 'hf:DIR' or "
-                               "'orbax:DIR'")
-    if model.cfg.vocab_size < vocab_size:
-        raise ConfigValueError(f"config.model: vocab_size={model.cfg.vocab_size} is smaller than "
-                               f"the tokenizer's {vocab_size}")
-    return model
 
 
 def make_sample_fn(cfg: TrainConfig, graphdef, stop_tokens, max_prefill: int, model_cfg=None,
@@ -306,59 +210,56 @@ def build_env(cfg: TrainConfig, *, checkpointer=None, model=None) -> tuple[Train
 
 
 def load_run(run_dir: str, step: int | None = None):
-    """(graphdef, params, TrainConfig, tokenizer) of a training run's checkpoint (latest by default).
+    """(graphdef, params, TrainConfig, tokenizer) of a training run's checkpoint (latest by
+    default), its model rebuilt from what the checkpoint records it started from
+    (tseeds_jax/rl/run/loaded.py; a LoRA run's adapters merged into its base)."""
+    from tseeds_jax.rl.run.loaded import load_run as _load_run
 
-    The run's config is read from the checkpoint's meta, so evaluation needs only the folder. A
-    LoRA run's model is its base (rebuilt from `model.init`) with the adapters merged in.
-    """
+    return _load_run(run_dir, step)
+
+
+def record_model_source(cfg: TrainConfig, model=None) -> dict:
+    """The checkpoint meta field that says what the run's model started from
+    (rl/run/source.py). model: the starting model given in memory, before any adapters; it is
+    saved as RUN_DIR/base_model (a run with checkpoints of another base there is refused)."""
+    from tseeds_jax.rl.run import source as source_lib
+
+    out = {}
+    if model is None:
+        out["model_source"] = source_lib.init_source(cfg.model.init)
+        return out
+    from tseeds_jax import hf
+
+    rec = source_lib.saved_source(hf.params_of(model))
+    out["model_source"] = rec
+    name = source_lib.SAVED_BASE_DIR
+    remote = run_files.is_remote(cfg.run_dir)
+    if remote:
+        run_files.pull(cfg.run_dir, name)
+    local = os.path.join(run_files.local_dir(cfg.run_dir), name)
+    if os.path.isdir(local):
+        have = source_lib.saved_source(hf.params_of(hf.load_checkpoint_model(local)))
+        if have["sha256"] == rec["sha256"]:
+            return out
+        from tseeds_jax import checkpoint
+
+        ckpt = os.path.join(cfg.run_dir, "ckpt")
+        if epath_dir(ckpt) and checkpoint.Checkpoints(ckpt, keep_last=None).steps():
+            raise source_lib.RunSourceError(
+                f"{local}: the run's saved base model differs from the model given now "
+                f"(sha256 {have['sha256'][:16]}... vs {rec['sha256'][:16]}...) and {ckpt} holds "
+                "checkpoints trained on the saved one; use another run_dir")
+    if jax.process_index() == 0:  # one writer; every host reads the same folder
+        hf.save_checkpoint_model(model, local, overwrite=True)
+        if remote:
+            run_files.push(cfg.run_dir, name)
+    return out
+
+
+def epath_dir(path: str) -> bool:
     from etils import epath
 
-    from tseeds_jax import checkpoint
-
-    ckpt_dir = os.path.join(run_dir, "ckpt")
-    if not epath.Path(ckpt_dir).is_dir():  # local or gs://
-        raise FileNotFoundError(f"{run_dir}: not a training run (no ckpt/ folder)")
-    ckpts = checkpoint.Checkpoints(ckpt_dir, keep_last=None)
-    steps = ckpts.steps()
-    if not steps:
-        raise FileNotFoundError(f"{ckpt_dir}: no checkpoints")
-    step = steps[-1] if step is None else step
-    meta = ckpts.read_meta(step)
-    if not meta.get("config"):
-        raise ValueError(f"{ckpt_dir}/{step}: checkpoint meta has no 'config'")
-    cfg = TrainConfig.from_config(meta["config"])
-    tok = build_tokenizer(dataclasses.replace(cfg, run_dir=run_dir), build_source(cfg))
-    model = build_model(cfg, tok.vocab_size)
-    raw, _ = ckpts.restore(step)
-    if cfg.lora.rank:  # the checkpoint holds adapters: merged into the base from model.init
-        from tseeds_jax.model import lora
-
-        fresh = dataclasses.replace(cfg.lora, init="")  # its values are in the checkpoint
-        graphdef, adapters, frozen = adapters_lib.split(
-            adapters_lib.adapt(model, fresh, cfg.seed), cfg.seed)
-        adapters = _fill(adapters, raw["train"]["params"])
-        model = lora.merge_lora(nnx.merge(graphdef, adapters, *frozen.states))
-        graphdef, params = nnx.split(model)
-        return graphdef, params, cfg, tok
-    graphdef, params = nnx.split(model)
-    params = _fill(params, raw["train"]["params"])
-    return graphdef, params, cfg, tok
-
-
-def _fill(template, raw):
-    """Copies restored leaves (nested dicts) into the structure of `template`."""
-    leaves_t, treedef = jax.tree_util.tree_flatten(template)
-    leaves_r = jax.tree_util.tree_leaves(raw)
-    if len(leaves_t) != len(leaves_r):
-        raise ValueError(f"checkpoint has {len(leaves_r)} parameter arrays, model expects "
-                         f"{len(leaves_t)}")
-    out = []
-    for t, r in zip(leaves_t, leaves_r):
-        if tuple(np.shape(r)) != tuple(np.shape(t)):
-            raise ValueError(f"checkpoint array of shape {np.shape(r)} where the model expects "
-                             f"{np.shape(t)}")
-        out.append(jax.numpy.asarray(r, dtype=t.dtype))
-    return jax.tree_util.tree_unflatten(treedef, out)
+    return epath.Path(path).is_dir()
 
 
 def build_mesh(cfg: TrainConfig):
@@ -388,12 +289,18 @@ def make_trainer(cfg: TrainConfig, *, config_json: dict | None = None, checkpoin
     `stale.steps` (tests run it with lag 0). model: the starting `Transformer` (`build_env`)."""
     compat.check(cfg, hosts=jax.process_count())  # the combination table, with the hosts
     mesh = build_mesh(cfg)
-    env, _ = build_env(cfg, model=model)
+    # The base is recorded before build_env attaches a LoRA run's adapters to `model`.
+    sources = record_model_source(cfg, model) if checkpoints else None
+    env, tok = build_env(cfg, model=model)
     if checkpoints:
+        from tseeds_jax.rl.run.source import tokenizer_source
+
+        sources["tokenizer"] = tokenizer_source(cfg.tokenizer, cfg.run_dir, tok)
         env.checkpointer = RunCheckpointer(cfg.run_dir, keep_last=cfg.keep_checkpoints,
                                            response_width=cfg.rollout.max_response_len,
                                            snapshots=cfg.seeds.snapshots,
-                                           config_json=config_json or dataclasses.asdict(cfg))
+                                           config_json=config_json or dataclasses.asdict(cfg),
+                                           run_meta=sources)
     for k, v in (env_overrides or {}).items():
         setattr(env, k, v)
     several = math.prod(mesh.devices.shape) > 1

@@ -85,7 +85,9 @@ class TSeedsEngine(engine_api.Engine):
 
     def __init__(self, model, *, max_concurrent_decodes: int = 8, max_prefill_length: int = 256,
                  max_new_tokens: int = 256, strategy=None, stop_tokens=(), seed: int = 0,
-                 param_dtype=None, device=None):
+                 param_dtype=None, device=None, tokenizer=None):
+        """tokenizer: a `sampling.text.TextTokenizer` to serve text requests (None: token ids
+        only)."""
         if max_prefill_length < 16 or max_prefill_length & (max_prefill_length - 1):
             raise ValueError(f"max_prefill_length={max_prefill_length}: JetStream needs a power "
                              "of two >= 16")
@@ -109,6 +111,7 @@ class TSeedsEngine(engine_api.Engine):
         self._counter = itertools.count()
         self._lock = threading.Lock()
         self._mesh = jax.sharding.Mesh(np.asarray([self._device]), ("data",))
+        self._tokenizer = tokenizer
 
     # ---- parameters and state ----
     def load_params(self, *args, **kwargs):
@@ -175,7 +178,7 @@ class TSeedsEngine(engine_api.Engine):
         return tokenizer_pb2.TokenizerParameters(path=TOKENIZER_PATH)
 
     def build_tokenizer(self, metadata):
-        return TokenIdTokenizer(self._stop)
+        return self._tokenizer if self._tokenizer is not None else TokenIdTokenizer(self._stop)
 
     @property
     def max_concurrent_decodes(self) -> int:

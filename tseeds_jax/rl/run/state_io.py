@@ -123,14 +123,17 @@ class RunCheckpointer:
                  snapshots: bool = True, config_json: dict | None = None,
                  commit_file: bool = False, async_save: bool | None = None,
                  retries: int = RESTORE_RETRIES, backoff_s: float = RESTORE_BACKOFF_S,
-                 sleep=time.sleep):
-        """commit_file: Orbax's gs:// commit regime (commit_success.txt) on any path.
+                 sleep=time.sleep, run_meta: dict | None = None):
+        """run_meta: fields added to every checkpoint's meta (what the model started from and
+        the tokenizer, rl/run/source.py), checked against the checkpoint's at restore.
+        commit_file: Orbax's gs:// commit regime (commit_success.txt) on any path.
         async_save: Orbax writes each step in the background (None: the run config's
         `checkpoint_async`, off without one). retries, backoff_s, sleep: transient read errors
         at restore (module doc)."""
         if not isinstance(retries, int) or retries < 1:
             raise ValueError(f"retries={retries!r}: must be an int >= 1")
         self.config_json = config_json or {}
+        self.run_meta = dict(run_meta or {})
         if async_save is None:
             async_save = bool(self.config_json.get("checkpoint_async", False))
         self.async_save = async_save
@@ -209,7 +212,7 @@ class RunCheckpointer:
              extra: dict | None = None) -> str:
         """extra: optional cross-step state ({"arrays", "json"}: `pack_extra`), host-local."""
         meta = {"step": step, "data": prompts.get_state(), "tag": tag,
-                "config": self.config_json}
+                "config": self.config_json, **self.run_meta}
         if tag == "nan":
             name = f"nan-{step:08d}"
             self.ckpts.save_historical(name, {"train": state}, meta, overwrite=True)
@@ -274,6 +277,7 @@ class RunCheckpointer:
 
         with_extra: append the loss-family state given to `save` (or None) to the tuple.
         """
+        self._check_sources()
         hosts = hosts_lib.Hosts.current()
         target = {"train": checkpoint.abstract_target(state_template)}
         broken: list[tuple[int, str]] = []
@@ -303,6 +307,25 @@ class RunCheckpointer:
                 "no checkpoint of the run restores:\n" + "\n".join(
                     f"  {self.ckpts.directory / str(s)}: {why}" for s, why in broken))
         return None
+
+    def _check_sources(self) -> None:
+        """A resumed run must start from the base and tokenizer its latest checkpoint records
+        (rl/run/source.py; a checkpoint without the fields, written before them, resumes as
+        before). Outside the per-step restore: a changed base says nothing about the step's
+        data, so no step is set aside for it."""
+        from tseeds_jax.rl.run import source as source_lib
+
+        steps = self.ckpts.steps()
+        if not steps or not self.run_meta:
+            return
+        try:
+            meta = self.ckpts.read_meta(steps[-1])
+        except Exception:  # noqa: BLE001 -- an unreadable step is the restore loop's business
+            return
+        where = f"{self.ckpts.directory / str(steps[-1])} meta"
+        for key, what in (("model_source", "base model"), ("tokenizer", "tokenizer")):
+            if meta.get(key) and self.run_meta.get(key):
+                source_lib.check(meta[key], self.run_meta[key], f"{where} {key}", what)
 
     def _restore_with_retries(self, step: int, target) -> tuple[tuple | None, str, bool]:
         """(restored tuple or None, the error, whether it was transient) for one step: a
