@@ -74,7 +74,7 @@ def provenance(rec: dict[str, Any]) -> str:
                                        else None) if x)
     load = m.get("load_avg") or m.get("load_avg_start")
     parts = [f"*{rec['kind']}*", f"`{rec['command']}`", rec["date"],
-             f"commit {rec['commit']}" if rec.get("commit") else "commit unknown",
+             _commit(rec),
              f"backend {rec['backend']}"]
     if where:
         # A load is the 1-minute average list of os.getloadavg(), or a range written as text.
@@ -83,6 +83,15 @@ def provenance(rec: dict[str, Any]) -> str:
     if rec.get("transcribed"):
         parts.append(f"transcribed from {rec['source']}")
     return "Source: " + "; ".join(parts) + f" (record `docs/results/{rec['name']}.json`)."
+
+
+def _commit(rec: dict[str, Any]) -> str:
+    """The provenance's commit: the hash, whether the tree had changes, and the record's note on
+    what the field does not say (runs that span commits, a legacy "+dirty" name)."""
+    text = f"commit {rec['commit']}" if rec.get("commit") else "commit unknown"
+    if rec.get("dirty"):
+        text += " with uncommitted changes"
+    return text + (f" ({rec['commit_note']})" if rec.get("commit_note") else "")
 
 
 def render_table(rec: dict[str, Any]) -> str:
