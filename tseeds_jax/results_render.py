@@ -144,8 +144,21 @@ _HEADING = re.compile(r"^#", re.M)
 
 
 _INTERVAL = r"[+−-]?\d[\d,]*\.\d+\s*±\s*\d[\d,]*\.\d+"
-_QUOTED = re.compile(rf"(?<![\w.,\d]){_INTERVAL}|(?<![\w.,\d])[+−-]\d[\d,]*\.\d+"
-                     r"|\bp\s*[=<]\s*\d*\.\d+")
+_DEC = r"\d[\d,]*\.\d+"
+# The kinds of result a commentary quotes, most specific first (a match consumes its text):
+# an interval, a pair "a / b" (SD between / within), a count "N of M", a p-value, a signed
+# difference, a multiplier (skipped), any other decimal (a mean, an SD, a per-base or per-seed
+# value).
+_KINDS = (("interval", rf"(?<![\w.,\d]){_INTERVAL}"),
+          ("pair", rf"(?<![\w.,\d+−-]){_DEC}\s*/\s*{_DEC}(?![\d])"),
+          ("count", r"(?<![\w.,\d])\d+ of \d+(?![\d.,]\d|\d)"),
+          ("p", r"\bp\s*[=<]\s*\d*\.\d+"),
+          ("signed", rf"(?<![\w.,\d])[+−-]{_DEC}(?![\d])"),
+          # a multiplier or a range of them ("1.44×", "1.1–1.2×"): a theory's or a paper's
+          # ratio in prose, not checked (a recorded one is printed by a fig marker)
+          ("ratio", rf"(?<![\w.,\d]){_DEC}(?:\s*[–-]\s*{_DEC})?\s?[x×](?!\w)"),
+          ("decimal", rf"(?<![\w.,\d]){_DEC}(?![\d]|\.\d)"))
+_QUOTED = re.compile("|".join(f"(?P<{k}>{r})" for k, r in _KINDS))
 _ALPHA = re.compile(r"p\s*<\s*0\.05")  # the test's level, not a result
 
 
@@ -160,33 +173,67 @@ def _norm(text: str) -> str:
     return re.sub(r"\s+", " ", text.replace("−", "-"))
 
 
-def _holds(quote: str, corpus: str, have: set[tuple[str, str]]) -> bool:
-    """Whether the record text `corpus` (normalized; its numbers `have`) holds `quote`: an
-    interval as the same pair (a sign where the quote gives one), else the number with its
-    sign (an unsigned quote matches either sign, "+x" also an unsigned x)."""
+def _raw_numbers(value: Any) -> list[float]:
+    """Every number in a record value (nested lists, dicts), for quotes of rounded values."""
+    if isinstance(value, bool):
+        return []
+    if isinstance(value, int | float):
+        return [float(value)]
+    if isinstance(value, dict):
+        return [x for v in value.values() for x in _raw_numbers(v)]
+    if isinstance(value, list | tuple):
+        return [x for v in value for x in _raw_numbers(v)]
+    return []
+
+
+def _holds(kind: str, quote: str, corpus: str, have: set[tuple[str, str]],
+           raw: list[float] = ()) -> bool:
+    """Whether the record text `corpus` (normalized; its numbers `have`; its per-run values
+    `raw`) holds `quote` of `kind` exactly:
+      interval  the same pair "a ± b" (with the quote's sign where it gives one)
+      pair      the same "a / b";  count: the same "N of M";  p: the same "p = x" / "p < x"
+      signed    the number with the same sign ("+x" never matches an unsigned x)
+      decimal   a number the record prints (any sign), or one of its per-run values rounded
+                to the quote's decimals (a per-seed value quoted from the values)."""
     quote = _norm(quote)
-    if "±" in quote:
-        sign, a, b = re.fullmatch(r"([+-]?)(\S+) ± (\S+)", quote).groups()
-        lead = {"-": "-", "+": r"\+?", "": "[+-]?"}[sign]
-        return re.search(rf"(?<![\d.,+-]){lead}{re.escape(a)} ± {re.escape(b)}(?![\d])",
+    bound = r"(?<![\d.,+-])"
+    if kind == "interval":
+        sign, a, b = re.fullmatch(r"([+-]?)(\S+) ?± ?(\S+)", quote).groups()
+        lead = {"-": "-", "+": r"\+", "": "[+-]?"}[sign]
+        return re.search(rf"{bound}{lead}{re.escape(a)} ± {re.escape(b)}(?![\d])",
                          corpus) is not None
-    sign, digits = _numbers(quote.replace("p", " "))[0]
-    return ((sign, digits) in have or (sign == "+" and ("", digits) in have)
-            or (sign == "" and any((s, digits) in have for s in ("+", "-", ""))))
+    if kind == "pair":
+        a, b = (x.strip() for x in quote.split("/"))
+        return re.search(rf"{bound}{re.escape(a)} / {re.escape(b)}(?![\d])", corpus) is not None
+    if kind == "count":
+        return re.search(rf"(?<![\d.,]){re.escape(quote)}(?![\d])", corpus) is not None
+    if kind == "p":
+        sym, digits = re.fullmatch(r"p ?([=<]) ?(\S+)", quote).groups()
+        return re.search(rf"\bp ?{re.escape(sym)} ?{re.escape(digits)}(?![\d])",
+                         corpus) is not None
+    sign, digits = _numbers(quote)[0]
+    if kind == "signed":
+        return (sign, digits) in have
+    if any((s, digits) in have for s in ("+", "-", "")):
+        return True
+    places = len(digits.partition(".")[2])
+    target = float(digits.replace(",", ""))
+    return any(round(abs(x), places) == target for x in raw)
 
 
-def _quoted(text: str) -> list[str]:
-    """The parts of `text` that quote a result: signed differences (+2.6, −9.8), intervals
-    (10.0 ± 1.2) and p-values (p = 0.02, p < 0.01)."""
+def _quoted(text: str) -> list[tuple[str, str]]:
+    """(kind, text) of the parts of `text` that quote a result (`_KINDS`)."""
     text = _UNQUOTED.sub(" ", text)
-    return [m[0] for m in _QUOTED.finditer(text) if not _ALPHA.fullmatch(m[0])]
+    return [(m.lastgroup, m[0]) for m in _QUOTED.finditer(text)
+            if not (m.lastgroup == "p" and _ALPHA.fullmatch(m[0]))]
 
 
 def quote_mismatches(text: str, records: dict[str, dict[str, Any]], doc: str) -> list[str]:
     """Results that the commentary of a rendered table (the text after its END marker, up to
-    the next heading or table) quotes (`_quoted`: differences, intervals, p-values) and its
-    record does not hold (`_holds`; a figure from elsewhere goes in a fig marker). So an edited
-    "+14.9" below a table whose record says +14.9 is caught."""
+    the next heading or table) quotes (`_quoted`: intervals, SD pairs, counts, p-values,
+    signed differences, other decimals) and its record does not hold exactly (`_holds`; a
+    figure from elsewhere goes in a fig marker). So an edited "+14.9", "9.2 / 1.5", "4 of 5",
+    "p = 0.06" or per-seed "21.9" below a table whose record says otherwise is caught."""
     out = []
     for m in _TABLE.finditer(text):
         rec = records.get(m["name"])
@@ -196,12 +243,19 @@ def quote_mismatches(text: str, records: dict[str, dict[str, Any]], doc: str) ->
         stop = min([x.start() for x in (_HEADING.search(rest), re.search(r"<!-- BEGIN table:",
                                                                         rest)) if x]
                    + [len(rest)])
+        values = rec.get("values") or {}
         corpus = " ".join(str(c) for row in rec["table"]["rows"] for c in row)
-        corpus = _norm(corpus + " " + " ".join(fmt_value(v) for v in
-                                               (rec.get("values") or {}).values()))
+        corpus = _norm(corpus + " " + " ".join(fmt_value(v) for v in values.values()
+                                               if not isinstance(v["value"], list | dict)))
         have = set(_numbers(corpus))
-        for quote in _quoted(rest[:stop]):
-            if not _holds(quote, corpus, have):
+        raw = _raw_numbers([v["value"] for v in values.values() if isinstance(v["value"], list)])
+        for kind, quote in _quoted(rest[:stop]):
+            # Other decimals are checked below the records of per-run results (values with
+            # per-base / per-seed lists: the demo's): elsewhere prose also gives targets, paper
+            # figures and ratios that no record holds.
+            if kind == "ratio" or kind == "decimal" and not raw:
+                continue
+            if not _holds(kind, quote, corpus, have, raw):
                 out.append(f"{doc}: below table:{m['name']}, the text quotes {quote!r}, which "
                            f"record {m['name']} does not hold")
     return out
