@@ -169,9 +169,8 @@ class Learner:
                  temperature: float = 1.0):
         """mesh: the training mesh its batches are sharded over (learn/batch.py's one rule), or
         None (a batch already laid out, e.g. a global array of every host's rows). frozen: a
-        LoRA run's `adapters.Frozen` (`params` are then the adapters), or None. temperature: the
-        rollout's (every log-prob, entropy and top-K here is of softmax(logits / temperature))."""
-        self.temperature = float(temperature)
+        LoRA run's `adapters.Frozen` (`params` are then the adapters), or None."""
+        self.temperature = float(temperature)  # the rollout's: every log-prob is at it
         self.graphdef = graphdef
         self.frozen = frozen
         self.lcfg, self.ocfg = lcfg, ocfg
@@ -277,7 +276,7 @@ class Learner:
 
     def _sis_inputs(self, h_BRD, w_DV, mb: LearnerBatch):
         """SIS LossInputs fields: proposal top-K log-probs, current log-probs there, membership."""
-        k = self.proposal_top_k
+        k, t = self.proposal_top_k, self.temperature
         b, r, d = h_BRD.shape
         sg = jax.lax.stop_gradient
         ids_b = mb.topk_ids_BRK.reshape(-1, k)
@@ -285,15 +284,13 @@ class Learner:
         if self.old_logp_mode == "shortcut":
             # pi_old = the current parameters: their own top-K where the batch has no proposal.
             own_ids, own_lp, cur_b = topk_logprobs(sg(h_BRD).reshape(-1, d), sg(w_DV), k,
-                                                   gather_ids_NK=ids_b,
-                                                   temperature=self.temperature)
+                                                   gather_ids_NK=ids_b, temperature=t)
             ids = jnp.where(valid, ids_b, own_ids)
             old_k = jnp.where(valid, mb.topk_logp_BRK.reshape(-1, k), own_lp)
             cur_k = jnp.where(valid, cur_b, own_lp)
             known = jnp.ones_like(valid)
         else:
-            cur_k = gather_logprobs(sg(h_BRD).reshape(-1, d), sg(w_DV), ids_b,
-                                    temperature=self.temperature)
+            cur_k = gather_logprobs(sg(h_BRD).reshape(-1, d), sg(w_DV), ids_b, temperature=t)
             ids, old_k, known = ids_b, mb.topk_logp_BRK.reshape(-1, k), valid
             cur_k = jnp.where(valid, cur_k, old_k)  # unknown rows: finite placeholders
         targets = mb.tokens_BT[:, -r:].reshape(-1, 1)
