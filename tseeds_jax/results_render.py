@@ -146,12 +146,13 @@ _HEADING = re.compile(r"^#", re.M)
 _INTERVAL = r"[+−-]?\d[\d,]*\.\d+\s*±\s*\d[\d,]*\.\d+"
 _DEC = r"\d[\d,]*\.\d+"
 # The kinds of result a commentary quotes, most specific first (a match consumes its text):
-# an interval, a pair "a / b" (SD between / within), a count "N of M", a p-value, a signed
-# difference, a multiplier (skipped), any other decimal (a mean, an SD, a per-base or per-seed
-# value).
-_KINDS = (("interval", rf"(?<![\w.,\d]){_INTERVAL}"),
+# an interval with its p, an interval, a pair "a / b" (SD between / within), a count "N of M",
+# a p-value, a signed difference, a multiplier (skipped), any other decimal (a mean, an SD, a
+# per-base or per-seed value).
+_KINDS = (("interval_p", rf"(?<![\w.,\d]){_INTERVAL}\s*[(,;]\s*p\s*[=<]\s*\d*\.\d+"),
+          ("interval", rf"(?<![\w.,\d]){_INTERVAL}"),
           ("pair", rf"(?<![\w.,\d+−-]){_DEC}\s*/\s*{_DEC}(?![\d])"),
-          ("count", r"(?<![\w.,\d])\d+ of \d+(?![\d.,]\d|\d)"),
+          ("count", r"(?<![\w.,\d])\d+\s+of\s+\d+(?![\d.,]\d|\d)"),
           ("p", r"\bp\s*[=<]\s*\d*\.\d+"),
           ("signed", rf"(?<![\w.,\d])[+−-]{_DEC}(?![\d])"),
           # a multiplier or a range of them ("1.44×", "1.1–1.2×"): a theory's or a paper's
@@ -173,30 +174,25 @@ def _norm(text: str) -> str:
     return re.sub(r"\s+", " ", text.replace("−", "-"))
 
 
-def _raw_numbers(value: Any) -> list[float]:
-    """Every number in a record value (nested lists, dicts), for quotes of rounded values."""
-    if isinstance(value, bool):
-        return []
-    if isinstance(value, int | float):
-        return [float(value)]
-    if isinstance(value, dict):
-        return [x for v in value.values() for x in _raw_numbers(v)]
-    if isinstance(value, list | tuple):
-        return [x for v in value for x in _raw_numbers(v)]
-    return []
-
-
-def _holds(kind: str, quote: str, corpus: str, have: set[tuple[str, str]],
-           raw: list[float] = ()) -> bool:
-    """Whether the record text `corpus` (normalized; its numbers `have`; its per-run values
-    `raw`) holds `quote` of `kind` exactly:
+def _holds(kind: str, quote: str, corpus: str, have: set[tuple[str, str]]) -> bool:
+    """Whether the record text `corpus` (normalized; its numbers `have`) holds `quote` of
+    `kind` exactly:
       interval  the same pair "a ± b" (with the quote's sign where it gives one)
       pair      the same "a / b";  count: the same "N of M";  p: the same "p = x" / "p < x"
+      interval_p  the pair with its own p ("a ± b (p = x" as the cell prints it)
       signed    the number with the same sign ("+x" never matches an unsigned x)
-      decimal   a number the record prints (any sign), or one of its per-run values rounded
-                to the quote's decimals (a per-seed value quoted from the values)."""
+      decimal   a number the record prints (any sign). A number of one cell or base (a
+                per-base mean, a per-seed value) that another cell could also print goes in a
+                fig marker of the value quoting it (`bases_table`'s q_<m>_base<b>,
+                c_<m>_base<b>_seeds), which the check compares exactly."""
     quote = _norm(quote)
     bound = r"(?<![\d.,+-])"
+    if kind == "interval_p":  # the difference with its own p, as the table's cell prints them
+        diff, sym, digits = re.fullmatch(r"(.+?) ?[(,;] ?p ?([=<]) ?(\S+)", quote).groups()
+        sign, a, b = re.fullmatch(r"([+-]?)(\S+) ?± ?(\S+)", diff).groups()
+        lead = {"-": "-", "+": r"\+", "": "[+-]?"}[sign]
+        return re.search(rf"{bound}{lead}{re.escape(a)} ± {re.escape(b)} \(p ?{re.escape(sym)} ?"
+                         rf"{re.escape(digits)}(?![\d])", corpus) is not None
     if kind == "interval":
         sign, a, b = re.fullmatch(r"([+-]?)(\S+) ?± ?(\S+)", quote).groups()
         lead = {"-": "-", "+": r"\+", "": "[+-]?"}[sign]
@@ -214,11 +210,7 @@ def _holds(kind: str, quote: str, corpus: str, have: set[tuple[str, str]],
     sign, digits = _numbers(quote)[0]
     if kind == "signed":
         return (sign, digits) in have
-    if any((s, digits) in have for s in ("+", "-", "")):
-        return True
-    places = len(digits.partition(".")[2])
-    target = float(digits.replace(",", ""))
-    return any(round(abs(x), places) == target for x in raw)
+    return any((s, digits) in have for s in ("+", "-", ""))
 
 
 def _quoted(text: str) -> list[tuple[str, str]]:
@@ -248,14 +240,14 @@ def quote_mismatches(text: str, records: dict[str, dict[str, Any]], doc: str) ->
         corpus = _norm(corpus + " " + " ".join(fmt_value(v) for v in values.values()
                                                if not isinstance(v["value"], list | dict)))
         have = set(_numbers(corpus))
-        raw = _raw_numbers([v["value"] for v in values.values() if isinstance(v["value"], list)])
+        per_run = any(isinstance(v["value"], list) for v in values.values())
         for kind, quote in _quoted(rest[:stop]):
-            # Other decimals are checked below the records of per-run results (values with
-            # per-base / per-seed lists: the demo's): elsewhere prose also gives targets, paper
-            # figures and ratios that no record holds.
-            if kind == "ratio" or kind == "decimal" and not raw:
+            # Other decimals and counts are checked below the records of per-run results (values
+            # with per-base / per-seed lists: the demo's): elsewhere prose also gives targets,
+            # paper figures, ratios and step counts that no record holds.
+            if kind == "ratio" or kind in ("decimal", "count") and not per_run:
                 continue
-            if not _holds(kind, quote, corpus, have, raw):
+            if not _holds(kind, quote, corpus, have):
                 out.append(f"{doc}: below table:{m['name']}, the text quotes {quote!r}, which "
                            f"record {m['name']} does not hold")
     return out

@@ -114,22 +114,32 @@ def build(values: dict) -> dict:
                          (7, "over_base"), (3, "sd_split"), (10, "detectable")):
             if cells[col] != "—":
                 figures[f"{m}_{key}"] = (_quote(cells[col]), i, col)
+        for b, x in zip(bases_of(data[m]), means):  # per-base means, for prose fig markers
+            figures[f"{m}_base{b}"] = (f"{x:.1f}", i, 2)
         if "(" in cells[9]:
             figures[f"{m}_seeded_equal_vs_ratio"] = (_quote(cells[9].split("(", 1)[1]), i, 9)
     return {"table": {"columns": cols, "rows": rows}, "figures": figures, "acc": acc, "rl": rl}
 
 
+def bases_of(per_base) -> list[int]:
+    """The bases with values, in order (the per-base list of the mean cell)."""
+    return [b for b, x in enumerate(bases_stats.base_means(per_base)) if x is not None]
+
+
 def robustness(values: dict) -> dict[str, tuple[str, str]]:
     """Figures computed from the per-run values that say how much the SD split rests on single
-    bases ({key: (text, unit)}): for every method with >= 2 seeds per base, its split without
-    each base, and the F test of its difference to DAPO varying between bases beyond the seeds'
-    noise (`bases_stats.interaction_f`)."""
+    bases ({key: (text, unit)}): for every method with >= 2 seeds per base, its per-seed values
+    on each base, its split without each base, and the F test of its difference to DAPO varying
+    between bases beyond the seeds' noise (`bases_stats.interaction_f`)."""
     data = methods_of(values)
     out = {}
     for m, per_base in data.items():
         if bases_stats.variance_split(per_base) is None:
             continue
         for b in range(len(per_base)):
+            if len(per_base[b]) > 1:
+                out[f"{m}_base{b}_seeds"] = (", ".join(f"{x:.1f}" for x in per_base[b]),
+                                             f"pass@1 per training seed on base {b}, %")
             split = bases_stats.variance_split(bases_stats.without_base(per_base, b))
             if split:
                 out[f"{m}_sd_split_without_base{b}"] = (
