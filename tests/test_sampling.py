@@ -66,9 +66,13 @@ def test_logprobs_match_learner_forward(model, knobs):
     results = generate(model, prompts, max_new_tokens=budgets, seed=3, num_slots=2, **knobs)
     for prompt, res, n in zip(prompts, results, budgets):
         assert res.finish_reason == "length" and len(res.tokens) == n
-        logp = _log_softmax(_learner_logits(model, prompt + res.tokens))
+        logits = _learner_logits(model, prompt + res.tokens)
+        logp = _log_softmax(logits)
         pos = np.arange(len(prompt) - 1, len(prompt) + n - 1)
-        np.testing.assert_allclose(res.logprobs, logp[pos, res.tokens], rtol=0, atol=1e-4)
+        # The reported log-prob is of the tempered distribution over the whole vocabulary
+        # (strategies.logprob_temperature), what the learner computes at the rollout temperature.
+        tempered = _log_softmax(logits / knobs["temperature"])
+        np.testing.assert_allclose(res.logprobs, tempered[pos, res.tokens], rtol=0, atol=1e-4)
         for p, tok in zip(pos, res.tokens):  # drawn from the truncated support only
             assert tok in _allowed(logp[p], knobs["temperature"], knobs.get("top_k", 0),
                                    knobs.get("top_p", 1.0))

@@ -13,7 +13,11 @@ from earlier sessions that cannot be re-run here are transcribed with `"transcri
 the commit that produced them. `tseeds_jax.results_render` renders the docs' tables from these
 files. No JAX import here: the writer runs in any process.
 
-Record fields: name (= file stem), what, kind, command, date (ISO), commit (or null), machine
+Record fields: name (= file stem), what, kind, command, date (ISO), commit (or null: a commit of
+the repository, HEAD when the record was written, never a name of a tree that is not a commit),
+dirty (optional, true: the tree had uncommitted changes to tracked files then), commit_note
+(optional: what the commit field does and does not say, e.g. for records whose runs span commits;
+records written before issue 55 carry "+dirty" or a rebased-away commit and say so here), machine
 ({cpu, cores, flags, load_avg}), backend, values ({key: {"value", "unit"}}, optional; a value
 quoted from a table cell says so with "from": "RECORD:ROW:COL", which results_render checks),
 table ({"columns": [...], "rows": [[...]]}; optional), transcribed (bool), source (where a transcribed
@@ -63,22 +67,40 @@ def machine() -> dict[str, Any]:
     return {"cpu": cpu, "cores": os.cpu_count(), "flags": flags, "load_avg": load}
 
 
-def git_commit(path: str | None = None) -> str | None:
-    """HEAD of the repository holding `path` (default: this package), with "+dirty" when the
-    tree has changes; None outside a git checkout (an installed wheel)."""
+def git_state(path: str | None = None) -> tuple[str | None, bool]:
+    """(HEAD of the repository holding `path` (default: this package) as a short hash, whether
+    its tracked files have uncommitted changes); (None, False) outside a git checkout (an
+    installed wheel). The hash is always a commit of the repository: a changed tree is a flag
+    beside it, never a made-up name such as "abc1234+dirty"."""
     where = path or os.path.dirname(os.path.abspath(__file__))
     try:
         head = subprocess.run(["git", "-C", where, "rev-parse", "--short", "HEAD"],
                               capture_output=True, text=True, timeout=10)
         if head.returncode:
-            return None
+            return None, False
         dirty = subprocess.run(["git", "-C", where, "status", "--porcelain", "--untracked-files=no"],
                                capture_output=True, text=True, timeout=10).stdout.strip()
     except (OSError, subprocess.TimeoutExpired):
-        return None
-    return head.stdout.strip() + ("+dirty" if dirty else "")
+        return None, False
+    return head.stdout.strip(), bool(dirty)
 
 
+def git_commit(path: str | None = None) -> str | None:
+    """HEAD of the repository holding `path` as a short hash (None outside a checkout)."""
+    return git_state(path)[0]
+
+
+def run_commit(path: str | None = None) -> str | None:
+    """The code a run ran, as a record's per-run value: HEAD's hash, with " + uncommitted
+    changes" when the tracked files differed from it (a commit of the repository either way)."""
+    commit, dirty = git_state(path)
+    return None if commit is None else commit + (" + uncommitted changes" if dirty else "")
+
+
+_HASH = r"[0-9a-f]{7,40}"
+# A commit, or two compared ("22b23ca (after) vs 5d82e06 (before)").
+_COMMIT = re.compile(rf"{_HASH}(?: \(\w+\))?(?: vs {_HASH}(?: \(\w+\))?)?")
+COMMIT_HASH = re.compile(_HASH)
 _ABS_PATH = re.compile(r"(?<![\w.~:/-])/[\w.+@-]+(?:/[\w.+@-]*)*")
 
 
@@ -100,15 +122,24 @@ def make(name: str, what: str, kind: str, command: str, *, backend: str,
          values: dict[str, dict[str, Any]] | None = None, table: dict[str, list] | None = None,
          note: str = "", date: str | None = None, commit: str | None = None,
          machine_info: dict[str, Any] | None = None, transcribed: bool = False,
-         source: str | None = None, stale: dict[str, list[str]] | None = None) -> dict[str, Any]:
+         source: str | None = None, stale: dict[str, list[str]] | None = None,
+         commit_note: str = "") -> dict[str, Any]:
     """A record for a figure produced now (date, commit and machine filled in unless given);
-    the command's absolute paths are made portable (`portable_command`)."""
+    the command's absolute paths are made portable (`portable_command`). A commit filled in is
+    HEAD, with "dirty": true beside it when the tracked files had changes."""
+    dirty = False
+    if commit is None and not transcribed:
+        commit, dirty = git_state()
     rec: dict[str, Any] = {
         "name": name, "what": what, "kind": kind, "command": portable_command(command),
         "date": date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-        "commit": commit if commit is not None or transcribed else git_commit(),
+        "commit": commit,
         "machine": machine_info if machine_info is not None else machine(),
         "backend": backend, "transcribed": transcribed}
+    if dirty:
+        rec["dirty"] = True
+    if commit_note:
+        rec["commit_note"] = commit_note
     for key, val in (("values", values), ("table", table), ("source", source), ("stale", stale)):
         if val:
             rec[key] = val
@@ -127,6 +158,15 @@ def validate(rec: Any, where: str) -> dict[str, Any]:
             raise RecordError(f"{where}: field {key!r} is missing")
     if rec["kind"] not in KINDS:
         raise RecordError(f"{where}: field 'kind' = {rec['kind']!r}; expected one of {KINDS}")
+    commit = rec["commit"]
+    if commit is not None and not (isinstance(commit, str) and _COMMIT.fullmatch(commit)) \
+            and not rec.get("commit_note"):
+        raise RecordError(f"{where}: field 'commit' = {commit!r}; expected a commit hash of the "
+                          "repository (or null, or 'A vs B' for a comparison), with 'dirty': true "
+                          "beside it for a changed tree "
+                          "(a value that names no commit needs a 'commit_note' saying so)")
+    if "dirty" in rec and not isinstance(rec["dirty"], bool):
+        raise RecordError(f"{where}: field 'dirty' = {rec['dirty']!r}; expected a bool")
     if not isinstance(rec["transcribed"], bool):
         raise RecordError(f"{where}: field 'transcribed' = {rec['transcribed']!r}; expected a bool")
     if rec["transcribed"] and not rec.get("source"):

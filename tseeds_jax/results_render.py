@@ -74,7 +74,7 @@ def provenance(rec: dict[str, Any]) -> str:
                                        else None) if x)
     load = m.get("load_avg") or m.get("load_avg_start")
     parts = [f"*{rec['kind']}*", f"`{rec['command']}`", rec["date"],
-             f"commit {rec['commit']}" if rec.get("commit") else "commit unknown",
+             _commit(rec),
              f"backend {rec['backend']}"]
     if where:
         # A load is the 1-minute average list of os.getloadavg(), or a range written as text.
@@ -83,6 +83,15 @@ def provenance(rec: dict[str, Any]) -> str:
     if rec.get("transcribed"):
         parts.append(f"transcribed from {rec['source']}")
     return "Source: " + "; ".join(parts) + f" (record `docs/results/{rec['name']}.json`)."
+
+
+def _commit(rec: dict[str, Any]) -> str:
+    """The provenance's commit: the hash, whether the tree had changes, and the record's note on
+    what the field does not say (runs that span commits, a legacy "+dirty" name)."""
+    text = f"commit {rec['commit']}" if rec.get("commit") else "commit unknown"
+    if rec.get("dirty"):
+        text += " with uncommitted changes"
+    return text + (f" ({rec['commit_note']})" if rec.get("commit_note") else "")
 
 
 def render_table(rec: dict[str, Any]) -> str:
@@ -135,8 +144,22 @@ _HEADING = re.compile(r"^#", re.M)
 
 
 _INTERVAL = r"[+−-]?\d[\d,]*\.\d+\s*±\s*\d[\d,]*\.\d+"
-_QUOTED = re.compile(rf"(?<![\w.,\d]){_INTERVAL}|(?<![\w.,\d])[+−-]\d[\d,]*\.\d+"
-                     r"|\bp\s*[=<]\s*\d*\.\d+")
+_DEC = r"\d[\d,]*\.\d+"
+# The kinds of result a commentary quotes, most specific first (a match consumes its text):
+# an interval with its p, an interval, a pair "a / b" (SD between / within), a count "N of M",
+# a p-value, a signed difference, a multiplier (skipped), any other decimal (a mean, an SD, a
+# per-base or per-seed value).
+_KINDS = (("interval_p", rf"(?<![\w.,\d]){_INTERVAL}\s*[(,;]\s*p\s*[=<]\s*\d*\.\d+"),
+          ("interval", rf"(?<![\w.,\d]){_INTERVAL}"),
+          ("pair", rf"(?<![\w.,\d+−-]){_DEC}\s*/\s*{_DEC}(?![\d])"),
+          ("count", r"(?<![\w.,\d])\d+\s+of\s+\d+(?![\d.,]\d|\d)"),
+          ("p", r"\bp\s*[=<]\s*\d*\.\d+"),
+          ("signed", rf"(?<![\w.,\d])[+−-]{_DEC}(?![\d])"),
+          # a multiplier or a range of them ("1.44×", "1.1–1.2×"): a theory's or a paper's
+          # ratio in prose, not checked (a recorded one is printed by a fig marker)
+          ("ratio", rf"(?<![\w.,\d]){_DEC}(?:\s*[–-]\s*{_DEC})?\s?[x×](?!\w)"),
+          ("decimal", rf"(?<![\w.,\d]){_DEC}(?![\d]|\.\d)"))
+_QUOTED = re.compile("|".join(f"(?P<{k}>{r})" for k, r in _KINDS))
 _ALPHA = re.compile(r"p\s*<\s*0\.05")  # the test's level, not a result
 
 
@@ -151,33 +174,58 @@ def _norm(text: str) -> str:
     return re.sub(r"\s+", " ", text.replace("−", "-"))
 
 
-def _holds(quote: str, corpus: str, have: set[tuple[str, str]]) -> bool:
-    """Whether the record text `corpus` (normalized; its numbers `have`) holds `quote`: an
-    interval as the same pair (a sign where the quote gives one), else the number with its
-    sign (an unsigned quote matches either sign, "+x" also an unsigned x)."""
+def _holds(kind: str, quote: str, corpus: str, have: set[tuple[str, str]]) -> bool:
+    """Whether the record text `corpus` (normalized; its numbers `have`) holds `quote` of
+    `kind` exactly:
+      interval  the same pair "a ± b" (with the quote's sign where it gives one)
+      pair      the same "a / b";  count: the same "N of M";  p: the same "p = x" / "p < x"
+      interval_p  the pair with its own p ("a ± b (p = x" as the cell prints it)
+      signed    the number with the same sign ("+x" never matches an unsigned x)
+      decimal   a number the record prints (any sign). A number of one cell or base (a
+                per-base mean, a per-seed value) that another cell could also print goes in a
+                fig marker of the value quoting it (`bases_table`'s q_<m>_base<b>,
+                c_<m>_base<b>_seeds), which the check compares exactly."""
     quote = _norm(quote)
-    if "±" in quote:
-        sign, a, b = re.fullmatch(r"([+-]?)(\S+) ± (\S+)", quote).groups()
-        lead = {"-": "-", "+": r"\+?", "": "[+-]?"}[sign]
-        return re.search(rf"(?<![\d.,+-]){lead}{re.escape(a)} ± {re.escape(b)}(?![\d])",
+    bound = r"(?<![\d.,+-])"
+    if kind == "interval_p":  # the difference with its own p, as the table's cell prints them
+        diff, sym, digits = re.fullmatch(r"(.+?) ?[(,;] ?p ?([=<]) ?(\S+)", quote).groups()
+        sign, a, b = re.fullmatch(r"([+-]?)(\S+) ?± ?(\S+)", diff).groups()
+        lead = {"-": "-", "+": r"\+", "": "[+-]?"}[sign]
+        return re.search(rf"{bound}{lead}{re.escape(a)} ± {re.escape(b)} \(p ?{re.escape(sym)} ?"
+                         rf"{re.escape(digits)}(?![\d])", corpus) is not None
+    if kind == "interval":
+        sign, a, b = re.fullmatch(r"([+-]?)(\S+) ?± ?(\S+)", quote).groups()
+        lead = {"-": "-", "+": r"\+", "": "[+-]?"}[sign]
+        return re.search(rf"{bound}{lead}{re.escape(a)} ± {re.escape(b)}(?![\d])",
                          corpus) is not None
-    sign, digits = _numbers(quote.replace("p", " "))[0]
-    return ((sign, digits) in have or (sign == "+" and ("", digits) in have)
-            or (sign == "" and any((s, digits) in have for s in ("+", "-", ""))))
+    if kind == "pair":
+        a, b = (x.strip() for x in quote.split("/"))
+        return re.search(rf"{bound}{re.escape(a)} / {re.escape(b)}(?![\d])", corpus) is not None
+    if kind == "count":
+        return re.search(rf"(?<![\d.,]){re.escape(quote)}(?![\d])", corpus) is not None
+    if kind == "p":
+        sym, digits = re.fullmatch(r"p ?([=<]) ?(\S+)", quote).groups()
+        return re.search(rf"\bp ?{re.escape(sym)} ?{re.escape(digits)}(?![\d])",
+                         corpus) is not None
+    sign, digits = _numbers(quote)[0]
+    if kind == "signed":
+        return (sign, digits) in have
+    return any((s, digits) in have for s in ("+", "-", ""))
 
 
-def _quoted(text: str) -> list[str]:
-    """The parts of `text` that quote a result: signed differences (+2.6, −9.8), intervals
-    (10.0 ± 1.2) and p-values (p = 0.02, p < 0.01)."""
+def _quoted(text: str) -> list[tuple[str, str]]:
+    """(kind, text) of the parts of `text` that quote a result (`_KINDS`)."""
     text = _UNQUOTED.sub(" ", text)
-    return [m[0] for m in _QUOTED.finditer(text) if not _ALPHA.fullmatch(m[0])]
+    return [(m.lastgroup, m[0]) for m in _QUOTED.finditer(text)
+            if not (m.lastgroup == "p" and _ALPHA.fullmatch(m[0]))]
 
 
 def quote_mismatches(text: str, records: dict[str, dict[str, Any]], doc: str) -> list[str]:
     """Results that the commentary of a rendered table (the text after its END marker, up to
-    the next heading or table) quotes (`_quoted`: differences, intervals, p-values) and its
-    record does not hold (`_holds`; a figure from elsewhere goes in a fig marker). So an edited
-    "+14.9" below a table whose record says +14.9 is caught."""
+    the next heading or table) quotes (`_quoted`: intervals, SD pairs, counts, p-values,
+    signed differences, other decimals) and its record does not hold exactly (`_holds`; a
+    figure from elsewhere goes in a fig marker). So an edited "+14.9", "9.2 / 1.5", "4 of 5",
+    "p = 0.06" or per-seed "21.9" below a table whose record says otherwise is caught."""
     out = []
     for m in _TABLE.finditer(text):
         rec = records.get(m["name"])
@@ -187,12 +235,19 @@ def quote_mismatches(text: str, records: dict[str, dict[str, Any]], doc: str) ->
         stop = min([x.start() for x in (_HEADING.search(rest), re.search(r"<!-- BEGIN table:",
                                                                         rest)) if x]
                    + [len(rest)])
+        values = rec.get("values") or {}
         corpus = " ".join(str(c) for row in rec["table"]["rows"] for c in row)
-        corpus = _norm(corpus + " " + " ".join(fmt_value(v) for v in
-                                               (rec.get("values") or {}).values()))
+        corpus = _norm(corpus + " " + " ".join(fmt_value(v) for v in values.values()
+                                               if not isinstance(v["value"], list | dict)))
         have = set(_numbers(corpus))
-        for quote in _quoted(rest[:stop]):
-            if not _holds(quote, corpus, have):
+        per_run = any(isinstance(v["value"], list) for v in values.values())
+        for kind, quote in _quoted(rest[:stop]):
+            # Other decimals and counts are checked below the records of per-run results (values
+            # with per-base / per-seed lists: the demo's): elsewhere prose also gives targets,
+            # paper figures, ratios and step counts that no record holds.
+            if kind == "ratio" or kind in ("decimal", "count") and not per_run:
+                continue
+            if not _holds(kind, quote, corpus, have):
                 out.append(f"{doc}: below table:{m['name']}, the text quotes {quote!r}, which "
                            f"record {m['name']} does not hold")
     return out

@@ -10,6 +10,10 @@ training seed 0, 1, ...; `None` where a base has not been warmed yet):
                 (before DAPO's filter); <m>_all_equal_seeded the same over seeded batches only
                 (None for methods without seeded batches)
   <m>_run_s     [[per seed] per base] wall seconds of the run (training and final evaluation)
+  <m>_commit    [[per seed] per base] the commit the run ran (`results_record.run_commit`: HEAD
+                when it finished, " + uncommitted changes" when the tree differed; None for
+                runs recorded before issue 55). A series commits its record between runs, so
+                its runs span commits: the record-level `commit` is HEAD when it was opened.
 Runs finish in the plan's order (`plan.order`: a method's seeds of one base in order), so a
 run's seed is its place in its base's list. The record also names the machine (CPU model and
 flags); resuming on another CPU or with a base whose pass@1 differs is refused, since the
@@ -27,6 +31,8 @@ from typing import Any
 from tseeds_jax import results_record
 
 _SUFFIXES = ("pass1", "all_equal", "all_equal_seeded", "run_s")
+COMMIT_NOTE = ("HEAD when the record was opened; each run's commit is in values.<method>_commit "
+               "(a series commits its record between runs, so its runs span commits)")
 
 
 def _now() -> str:
@@ -87,7 +93,8 @@ class BasesRecord:
         rec = results_record.make(
             os.path.splitext(os.path.basename(path))[0], name_what, "measured", command,
             backend="cpu", values=values, commit=commit, machine_info=mach, date=_now(),
-            note="written one finished run at a time; date: first and last write")
+            note="written one finished run at a time; date: first and last write",
+            commit_note=COMMIT_NOTE)
         out = cls(path, rec)
         out._grow(methods, bases)
         out._write()
@@ -108,6 +115,12 @@ class BasesRecord:
             for suf in _SUFFIXES:
                 entry = v.setdefault(f"{m}_{suf}", {"value": [], "unit": units[suf]})
                 entry["value"] += [[] for _ in range(bases - len(entry["value"]))]
+            # Runs recorded before per-run commits (issue 55) have None: the commit is unknown.
+            entry = v.setdefault(f"{m}_commit", {"value": [], "unit": "the commit each run ran, "
+                                 "[[per training seed] per base]"})
+            entry["value"] += [[] for _ in range(bases - len(entry["value"]))]
+            for runs, commits in zip(v[f"{m}_pass1"]["value"], entry["value"]):
+                commits += [None] * (len(runs) - len(commits))
 
     def _write(self) -> None:
         first = self.rec["date"].split(" – ")[0]
@@ -134,8 +147,9 @@ class BasesRecord:
         return vals[base][seed] if base < len(vals) and seed < len(vals[base]) else None
 
     def add_run(self, method: str, base: int, seed: int, pass1: float, run_dir: str | None,
-                seconds: float | None) -> None:
-        """Appends a finished run (pass1 a fraction); its seed must be its base's next."""
+                seconds: float | None, commit: str | None = None) -> None:
+        """Appends a finished run (pass1 a fraction); its seed must be its base's next. commit:
+        the code it ran (default `results_record.run_commit()`, HEAD now)."""
         v = self.rec["values"]
         lst = v[f"{method}_pass1"]["value"][base]
         if seed != len(lst):
@@ -145,6 +159,7 @@ class BasesRecord:
         for suf, x in zip(_SUFFIXES, (100 * pass1, *shares, seconds)):
             v[f"{method}_{suf}"]["value"][base].append(
                 round(x, 1) if suf == "run_s" and x is not None else _round(x))
+        v[f"{method}_commit"]["value"][base].append(commit or results_record.run_commit())
         self._write()
 
     def set_value(self, key: str, value: Any, unit: str) -> None:

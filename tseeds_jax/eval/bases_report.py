@@ -131,6 +131,16 @@ def lora_lines(values: dict, labels: dict[str, str]) -> list[str]:
     return lines + [""] if lines else []
 
 
+def _power(r: dict) -> str:
+    """What a "not shown" leaves open: the difference this design detects (`bases_stats`)."""
+    d = bases_stats.detectable_difference(r["sd"], r["n"])
+    if not math.isfinite(d):
+        return "."
+    return (f"; with this spread over {r['n']} bases the design detects a difference of "
+            f"{d:.1f} points with 80% power (5% two-sided, before Holm), so a smaller one is "
+            "not excluded.")
+
+
 def verdicts(got: dict, labels: dict[str, str], n: int) -> list[str]:
     """One sentence per method against DAPO: the effect across bases and on how many bases."""
     lines = []
@@ -149,5 +159,6 @@ def verdicts(got: dict, labels: dict[str, str], n: int) -> list[str]:
             f"{'yes' if r['holm'] else 'no'}); above DAPO on {r['above']} of {r['n']} bases: "
             + ("the effect **holds across bases** after the correction."
                if r["holm"] else "**not shown across bases** after the correction"
-               + (", whatever it did on single bases." if 0 < r["above"] < r["n"] else ".")))
+               + (", whatever it did on single bases" if 0 < r["above"] < r["n"] else "")
+               + _power(r)))
     return lines + [""]

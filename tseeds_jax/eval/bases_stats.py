@@ -15,7 +15,13 @@ question: whether the method helps *from that base*.
 
 Holm's step-down correction is applied over a family of such comparisons (`holm` of
 seed_report). For a method with several seeds per base, `variance_split` separates the
-between-base and within-base (training seed) parts (one-way random-effects ANOVA).
+between-base and within-base (training seed) parts (one-way random-effects ANOVA);
+`without_base` drops one base (how much of a split rests on it), and `interaction_f` tests
+whether a paired difference itself varies between bases beyond its training-seed noise.
+
+Power: `detectable_difference` is the smallest true mean difference that the paired t over n
+bases finds at two-sided level alpha with the given power, for the observed SD of the per-base
+differences (noncentral t, solved exactly): what a "no difference shown" leaves open.
 """
 
 from __future__ import annotations
@@ -104,6 +110,65 @@ def variance_split(per_base) -> dict[str, float] | None:
     between_var = max(0.0, (ms_between - ms_within) / n)
     return {"bases": len(groups), "seeds": n, "ms_within": ms_within, "ms_between": ms_between,
             "sd_within": math.sqrt(ms_within), "sd_between": math.sqrt(between_var)}
+
+
+def without_base(per_base, base: int) -> list:
+    """`per_base` with base `base` left out (to see how much of a statistic rests on it)."""
+    if not 0 <= base < len(per_base):
+        raise ValueError(f"base = {base}: expected 0 <= base < {len(per_base)}")
+    return list(per_base[:base]) + list(per_base[base + 1:])
+
+
+def interaction_f(a_per_base, b_per_base) -> dict[str, float] | None:
+    """One-way ANOVA over bases of the seed-paired differences a[b][s] - b[b][s] (training seed
+    s of both methods on base b: the same seed, a paired run): {"F", "df_between", "df_within",
+    "p"}. F = MS between bases / MS within (seed-to-seed noise of the difference): whether the
+    method difference changes from base to base (a base x method interaction). None unless
+    >= 2 bases have the same number (>= 2) of seeds of both methods."""
+    from scipy import stats
+
+    groups = []
+    for xs, ys in zip(a_per_base, b_per_base):
+        xs = [float(x) for x in xs if x is not None]
+        ys = [float(y) for y in ys if y is not None]
+        if xs and len(xs) == len(ys):
+            groups.append([x - y for x, y in zip(xs, ys)])
+    n = max((len(g) for g in groups), default=0)
+    groups = [g for g in groups if len(g) == n]
+    if n < 2 or len(groups) < 2:
+        return None
+    arr = np.asarray(groups, np.float64)  # bases x seeds
+    k = len(groups)
+    ms_within = float(arr.var(axis=1, ddof=1).mean())
+    ms_between = float(n * arr.mean(axis=1).var(ddof=1))
+    f = ms_between / ms_within if ms_within > 0 else float("inf")
+    df_b, df_w = k - 1, k * (n - 1)
+    return {"F": f, "df_between": df_b, "df_within": df_w,
+            "p": float(stats.f.sf(f, df_b, df_w)) if math.isfinite(f) else 0.0}
+
+
+def detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float = 0.8) -> float:
+    """The smallest true mean difference d that the two-sided one-sample t over `n` paired
+    differences of standard deviation `sd` rejects at level `alpha` with probability `power`:
+    P(|T| > t_crit) = power for T noncentral t (n - 1 df, noncentrality d sqrt(n) / sd). nan
+    with fewer than 2 differences or a non-finite sd."""
+    from scipy import optimize, stats
+
+    if n < 2 or not math.isfinite(sd) or sd < 0:
+        return float("nan")
+    if sd == 0:
+        return 0.0
+    df = n - 1
+    crit = stats.t.ppf(1 - alpha / 2, df)
+
+    def short(d):  # power at difference d, minus the target
+        nc = d * math.sqrt(n) / sd
+        return stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc) - power
+
+    hi = sd
+    while short(hi) < 0:
+        hi *= 2
+    return float(optimize.brentq(short, 0.0, hi, xtol=1e-10 * sd))
 
 
 def holm(pvalues: list[float], alpha: float = 0.05) -> list[bool]:

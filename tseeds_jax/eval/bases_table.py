@@ -33,6 +33,8 @@ DEMO_LABELS = {"dapo": "On-policy DAPO", "ts_ratio": "Thinking Seeds (ratio 0.5,
 def labels() -> dict[str, str]:
     return {**DEMO_LABELS, **method_registry.labels()}
 BASELINE, REFERENCE = "dapo", "ts_ratio"
+# A "no difference shown" leaves open any difference below this (the power of the design).
+DETECTABLE = "detectable vs DAPO (80% power, 5% two-sided, before Holm)"
 _SUFFIX = "_pass1"
 
 
@@ -87,7 +89,8 @@ def build(values: dict) -> dict:
             "SD between / within bases", f"vs DAPO, paired by base (Holm over {n_acc})",
             f"vs ratio rule, paired by base (Holm over {n_acc})", "bases above DAPO",
             f"RL − base, paired by base (Holm over {n_rl})", "all-equal groups, %",
-            f"all-equal seeded groups, % (vs ratio rule, paired by base; Holm over {n_eq})"]
+            f"all-equal seeded groups, % (vs ratio rule, paired by base; Holm over {n_eq})",
+            DETECTABLE]
     rows, figures = [], {}
     for i, m in enumerate(names):
         means = [x for x in bases_stats.base_means(data[m]) if x is not None]
@@ -109,15 +112,59 @@ def build(values: dict) -> dict:
             "—" if m == ref else _diff(vs_r),
             "—" if m == BASELINE or vs_d is None else f"{vs_d['above']} of {vs_d['n']}",
             _diff(rl.get((m, "__base__"))),
-            f"{np.mean(eq):.1f}" if eq else "—", _seeded_cell(m, seeded, eq_fam)]
+            f"{np.mean(eq):.1f}" if eq else "—", _seeded_cell(m, seeded, eq_fam),
+            "—" if m == BASELINE else _detectable(vs_d)]
         rows.append(cells)
         for col, key in ((2, "mean"), (4, "vs_dapo"), (5, "vs_ratio"), (6, "above_dapo"),
-                         (7, "over_base"), (3, "sd_split")):
+                         (7, "over_base"), (3, "sd_split"), (10, "detectable")):
             if cells[col] != "—":
                 figures[f"{m}_{key}"] = (_quote(cells[col]), i, col)
+        for b, x in zip(bases_of(data[m]), means):  # per-base means, for prose fig markers
+            figures[f"{m}_base{b}"] = (f"{x:.1f}", i, 2)
         if "(" in cells[9]:
             figures[f"{m}_seeded_equal_vs_ratio"] = (_quote(cells[9].split("(", 1)[1]), i, 9)
     return {"table": {"columns": cols, "rows": rows}, "figures": figures, "acc": acc, "rl": rl}
+
+
+def bases_of(per_base) -> list[int]:
+    """The bases with values, in order (the per-base list of the mean cell)."""
+    return [b for b, x in enumerate(bases_stats.base_means(per_base)) if x is not None]
+
+
+def robustness(values: dict) -> dict[str, tuple[str, str]]:
+    """Figures computed from the per-run values that say how much the SD split rests on single
+    bases ({key: (text, unit)}): for every method with >= 2 seeds per base, its per-seed values
+    on each base, its split without each base, and the F test of its difference to DAPO varying
+    between bases beyond the seeds' noise (`bases_stats.interaction_f`)."""
+    data = methods_of(values)
+    out = {}
+    for m, per_base in data.items():
+        if bases_stats.variance_split(per_base) is None:
+            continue
+        for b in range(len(per_base)):
+            if len(per_base[b]) > 1:
+                out[f"{m}_base{b}_seeds"] = (", ".join(f"{x:.1f}" for x in per_base[b]),
+                                             f"pass@1 per training seed on base {b}, %")
+            split = bases_stats.variance_split(bases_stats.without_base(per_base, b))
+            if split:
+                out[f"{m}_sd_split_without_base{b}"] = (
+                    f"{split['sd_between']:.1f} / {split['sd_within']:.1f}",
+                    f"SD between / within bases without base {b} (bases_stats.variance_split)")
+        f = bases_stats.interaction_f(per_base, data[BASELINE]) if m != BASELINE else None
+        if f is not None:
+            out[f"{m}_vs_dapo_between_bases_f"] = (
+                f"F({f['df_between']}, {f['df_within']}) = {f['F']:.1f}, {_p(f['p'])}",
+                "the seed-paired difference to DAPO between bases against within "
+                "(bases_stats.interaction_f)")
+    return out
+
+
+def _detectable(r: dict | None) -> str:
+    """The smallest difference vs DAPO the paired t over these bases detects (80% power, 5%
+    two-sided, before Holm), from the observed SD of the per-base differences."""
+    if r is None or r["n"] < 2 or not math.isfinite(r["sd"]) or r["sd"] == 0:
+        return "—"
+    return f"{bases_stats.detectable_difference(r['sd'], r['n']):.1f}"
 
 
 def _seeded_cell(m: str, seeded: dict, fam: dict) -> str:
@@ -147,6 +194,8 @@ def update(path: str, plot: str | None = None) -> dict:
     for key, (text, row, col) in got["figures"].items():
         rec["values"][f"q_{key}"] = {"value": text, "unit": "quoted from the table",
                                      "from": f"{rec['name']}:{row}:{col}"}
+    for key, (text, unit) in robustness(rec["values"]).items():
+        rec["values"][f"c_{key}"] = {"value": text, "unit": unit}
     results_record.write(path, rec)
     if plot:
         from tseeds_jax.eval import plots

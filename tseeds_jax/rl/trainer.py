@@ -84,7 +84,7 @@ class Trainer:
         self.learner = Learner(env.graphdef, env.params, cfg.loss, cfg.optim,
                                variant=cfg.seeds.variant, old_logp_mode=old_logp_mode(cfg),
                                mesh=mesh if several and self.hosts.single else None,
-                               frozen=env.frozen)
+                               frozen=env.frozen, temperature=cfg.rollout.temperature)
         if env.frozen is not None:
             self._place_base(env)
         self.row_stats = RowStats(self.learner, hosts=self.hosts,

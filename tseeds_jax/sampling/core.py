@@ -30,7 +30,7 @@ from flax import nnx
 import tseeds_jax.sampling.vocab_parallel as vocab_parallel
 from tseeds_jax.kernels.sharded import mesh_of
 from tseeds_jax.model import KVCache
-from tseeds_jax.sampling.strategies import step_keys, token_logprobs
+from tseeds_jax.sampling.strategies import logprob_temperature, step_keys, tempered, token_logprobs
 
 # finish codes (int32 in the state)
 RUNNING, STOP, LENGTH, ERROR = 0, 1, 2, 3
@@ -239,13 +239,14 @@ def _feed(model, strategy, state: DecodeState, still_B):
 
 
 def sample_logits(model, strategy, logits_BV, keys_B2):
-    """(tokens, temperature-1 log-probs): on vocabulary-split logits (the decode layout's
-    tensor-parallel LM head) without gathering them (`vocab_parallel`), else the strategy's own."""
+    """(tokens, log-probs at the strategy's temperature, `strategies.logprob_temperature`): on
+    vocabulary-split logits (the decode layout's tensor-parallel LM head) without gathering them
+    (`vocab_parallel`), else the strategy's own."""
     mesh = mesh_of(model.embed.value, min_devices=2)
     if vocab_parallel.applies(strategy, mesh, logits_BV.shape[-1]):
         return vocab_parallel.sample(strategy, logits_BV, keys_B2, mesh)
     tok = strategy.sample(logits_BV, keys_B2)
-    return tok, token_logprobs(logits_BV, tok)
+    return tok, token_logprobs(tempered(logits_BV, logprob_temperature(strategy)), tok)
 
 
 def _step(model, strategy, stop_tokens, state: DecodeState):

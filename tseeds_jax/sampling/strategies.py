@@ -7,9 +7,15 @@ A strategy's `sample(logits_BV, keys_B2)` takes float32 raw model logits and one
 only, so a row's token never depends on the other rows of the batch (vmapped `jax.random` calls
 give the same bits as per-row calls). Strategies are hashable: they are static jit arguments.
 
-The log-prob the sampler reports is always `log_softmax(raw logits)[token]` (`token_logprobs`),
-the model's distribution at temperature 1 — what the learner recomputes — never the tempered or
-truncated distribution the token was drawn from.
+Which distribution each log-prob is of: the sampler reports `log_softmax(logits / T)[token]`
+(`token_logprobs` of `tempered(logits, logprob_temperature(strategy))`), the strategy's tempered
+distribution over the whole vocabulary (T = 1 for Greedy). For `Temperature` that is exactly the
+distribution the token was drawn from, and what the learner recomputes for training (the fused
+kernels at the rollout's temperature, rl/learn/learner.py), so a fresh on-policy ratio starts at 1
+and a seed token's pi_b is the distribution that drew it. For TopK / TopP it is the tempered
+distribution before truncation, not the renormalised truncated one the token was drawn from:
+training therefore refuses rollout.top_k / rollout.top_p (rl/config/checks.py `sampling`), and
+only evaluation, whose log-probs enter no ratio, samples with them.
 """
 
 from __future__ import annotations
@@ -152,8 +158,21 @@ def make_strategy(temperature: float = 1.0, top_k: int = 0, top_p: float = 1.0) 
     return Temperature(float(temperature))
 
 
+def logprob_temperature(strategy) -> float:
+    """The temperature T of the distribution whose log-probs the sampler reports for `strategy`:
+    its own temperature (Temperature, TopK, TopP: the tempered full-vocabulary distribution), 1 for
+    Greedy (no distribution is sampled)."""
+    return float(getattr(strategy, "temperature", 1.0))
+
+
+def tempered(logits_BV, temperature: float):
+    """logits / temperature; the logits themselves at temperature 1 (bit for bit: no division)."""
+    return logits_BV if temperature == 1.0 else logits_BV / temperature
+
+
 def token_logprobs(logits_BV, tokens_B):
-    """log_softmax(logits_BV)[b, tokens_B[b]] in float32 [B]: the temperature-1 log-prob."""
+    """log_softmax(logits_BV)[b, tokens_B[b]] in float32 [B] (pass `tempered` logits for the
+    log-prob at a temperature)."""
     # log_softmax's own arithmetic, (x - max) - log(sum(exp(x - max))), on the picked entry only:
     # no [B, V] log-prob array is written.
     x_BV = logits_BV.astype(jnp.float32)

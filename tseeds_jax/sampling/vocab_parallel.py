@@ -14,7 +14,8 @@ each device reduces its own shard and only per-row scalars cross devices:
   mass picks a shard by the shards' cumulative masses, and that shard picks the entry inside.
 - TopK: each shard's own top k (the global top k are among the shards' top k), gathered as
   [slots, tensor x k] candidates, then the strategy's own draw over them.
-- The temperature-1 log-prob of the drawn token: the global log-sum-exp from per-shard sums.
+- The drawn token's log-prob at the strategy's temperature (`strategies.logprob_temperature`):
+  the global log-sum-exp from per-shard sums.
 
 TopP needs the whole sorted distribution and is left to the strategy on the gathered logits.
 The draws equal the unsharded strategy's in exact arithmetic; in floating point the mass sums
@@ -45,7 +46,8 @@ def applies(strategy, mesh, vocab: int) -> bool:
 
 
 def sample(strategy, logits_BV, keys_B2, mesh):
-    """(tokens [B] int32, temperature-1 log-probs [B] float32) from vocabulary-split logits."""
+    """(tokens [B] int32, log-probs [B] float32 at the strategy's temperature) from
+    vocabulary-split logits."""
     b = logits_BV.shape[0]
     batch = _mesh_split(mesh, b, 1)[0] or None  # rows over the data axes that divide them
     fn = functools.partial(_local, strategy)
@@ -93,7 +95,7 @@ def _local(strategy, x_BV, keys_B2):
         idx = jnp.take_along_axis(cidx, order, axis=-1)
         pick = st._categorical(top / strategy.temperature, keys_B2)
         token = jnp.take_along_axis(idx, pick[:, None], axis=-1)[:, 0].astype(jnp.int32)
-    return token, _logprob(x_BV, token, offset)
+    return token, _logprob(st.tempered(x_BV, st.logprob_temperature(strategy)), token, offset)
 
 
 def _categorical(scaled_BX, keys_B2, offset):

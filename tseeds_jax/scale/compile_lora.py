@@ -35,7 +35,8 @@ def make_learner(t, kernel_impl: str):
     adapters = cp.abstract(adapters, shd.param_shardings(adapters, t.mesh))
     frozen = frozen.placed(*cp.abstract(frozen.states, shd.param_shardings(frozen.states, t.mesh)))
     learner = Learner(graphdef, adapters, cfg.loss, cfg.optim, variant=cfg.seeds.variant,
-                      old_logp_mode=old_logp_mode(cfg), kernel_impl=kernel_impl, frozen=frozen)
+                      old_logp_mode=old_logp_mode(cfg), kernel_impl=kernel_impl, frozen=frozen,
+                      temperature=cfg.rollout.temperature)
     state = jax.eval_shape(learner.init_state, adapters)
     return learner, cp.abstract(state, shd.param_shardings(state, t.mesh))
 

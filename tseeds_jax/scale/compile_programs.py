@@ -149,7 +149,8 @@ def make_learner(t: CompileTarget, kernel_impl: str):
     graphdef, params = nnx.split(shd.abstract_model(t.mcfg))
     cfg = t.cfg
     learner = Learner(graphdef, params, cfg.loss, cfg.optim, variant=cfg.seeds.variant,
-                      old_logp_mode=learner_old_logp_mode(cfg), kernel_impl=kernel_impl)
+                      old_logp_mode=learner_old_logp_mode(cfg), kernel_impl=kernel_impl,
+                      temperature=cfg.rollout.temperature)
     state = jax.eval_shape(learner.init_state, params)
     return learner, abstract(state, shd.param_shardings(state, t.mesh))
 

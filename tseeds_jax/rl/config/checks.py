@@ -1,7 +1,8 @@
-"""Checks of one feature at a time: the values of `config.stale` and `config.restart`, and what
-each feature needs of the rest of the run (a loss that takes per-token weights, the seed variant
-of a restart method, ...). Which features combine with which is compat.py's table. JAX-free to
-import (a restart method's own checks are in its registry entry, loaded when one is checked).
+"""Checks of one feature at a time: the values of `config.stale`, `config.restart` and the
+rollout's sampling knobs, and what each feature needs of the rest of the run (a loss that takes
+per-token weights, the seed variant of a restart method, ...). Which features combine with which
+is compat.py's table. JAX-free to import (a restart method's own checks are in its registry
+entry, loaded when one is checked).
 """
 
 from __future__ import annotations
@@ -56,6 +57,23 @@ def stale(cfg) -> None:
         bad("partial_tokens", st.partial_tokens,
             f"must be < rollout.max_response_len={cfg.rollout.max_response_len} (else nothing "
             "is ever interrupted)")
+
+
+def sampling(cfg) -> None:
+    """`config.rollout`'s sampling knobs for training: the learner and the sampler compute every
+    log-prob (ratios, seed tokens' behavior log-probs) of softmax(logits / rollout.temperature)
+    over the whole vocabulary, which is the distribution that sampled only without truncation.
+    Top-k / top-p draw from a renormalised truncated distribution, so training refuses them
+    (evaluation samples with its own settings: `tseeds eval --top_p`)."""
+    r = cfg.rollout
+    if r.top_k != 0:
+        bad_field("rollout.top_k", r.top_k, "training rollouts sample the whole vocabulary: the "
+                  "learner's ratios use softmax(logits / rollout.temperature), not a top-k "
+                  "truncation (set rollout.top_k=0; rollout.temperature is supported)")
+    if r.top_p != 1.0:
+        bad_field("rollout.top_p", r.top_p, "training rollouts sample the whole vocabulary: the "
+                  "learner's ratios use softmax(logits / rollout.temperature), not a top-p "
+                  "truncation (set rollout.top_p=1.0; rollout.temperature is supported)")
 
 
 def restart(cfg) -> None:

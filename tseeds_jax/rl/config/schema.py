@@ -267,6 +267,7 @@ class TrainConfig:
         if op.on_missing not in OFFPOLICY_MISSING:
             bad("offpolicy.on_missing", op.on_missing, f"known: {OFFPOLICY_MISSING}")
         family.check_run(lo, refresh_interval=self.seeds.refresh_interval, offpolicy_source=op.source)
+        checks.sampling(self)  # no top-k / top-p truncation for training rollouts
         checks.stale(self)  # stale.* values and what each of its features needs
         checks.restart(self)
         checks.lora(self)

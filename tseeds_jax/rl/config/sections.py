@@ -121,9 +121,10 @@ class RolloutConfig:
     batch_prompts: int = 4  # B: prompts per training batch
     group_size: int = 4  # G: responses per prompt
     max_response_len: int = 32  # R: tokens per response (seed + continuation)
-    temperature: float = 1.0  # sampling temperature (> 0 for training rollouts)
-    top_p: float = 1.0  # nucleus sampling mass (1: off)
-    top_k: int = 0  # top-k sampling (0: off)
+    # Sampling temperature (> 0 for training rollouts); the learner's log-probs use it too.
+    temperature: float = 1.0
+    top_p: float = 1.0  # nucleus sampling mass (1: off; training refuses < 1, checks.sampling)
+    top_k: int = 0  # top-k sampling (0: off; training refuses > 0, checks.sampling)
     # response lengths a step-time estimate assumes (`tseeds plan` / `tseeds compile`; not used
     # by training): "lognormal:median=M,sigma=S" (fractions of R) | "full" (rl/config/lengths.py)
     length_distribution: str = "lognormal:median=0.3,sigma=1.0"

@@ -97,8 +97,9 @@ def response_hidden(graphdef, params, tokens_BT, attn_mask_BT, response_width: i
 
 
 def token_stats(graphdef, params, tokens_BT, attn_mask_BT, response_width: int, impl: str = "auto",
-                *, with_hidden: bool = False, frozen=()):
-    """(logp_BR, entropy_BR) of the response tokens under `params` (float32, differentiable).
+                *, with_hidden: bool = False, frozen=(), temperature: float = 1.0):
+    """(logp_BR, entropy_BR) of the response tokens under `params` (float32, differentiable), of
+    softmax(logits / temperature): the rollout's temperature, the distribution that sampled.
 
     with_hidden: also return (h_BRD, unembed_DV) for further LM-head statistics (SIS top-K).
     frozen: as `response_hidden`'s (never differentiated: only `params` are).
@@ -107,7 +108,7 @@ def token_stats(graphdef, params, tokens_BT, attn_mask_BT, response_width: int, 
                                               response_width, frozen)
     b, _, d = h_BRD.shape
     logp_N, ent_N = kernels.logprob_entropy(h_BRD.reshape(-1, d), w_DV, targets_BR.reshape(-1),
-                                            impl=impl)
+                                            temperature=temperature, impl=impl)
     out = (logp_N.reshape(b, response_width), ent_N.reshape(b, response_width))
     return out + (h_BRD, w_DV) if with_hidden else out
 
@@ -164,10 +165,12 @@ class Learner:
     run's frozen base, an argument of every jitted function, is `frozen`)."""
 
     def __init__(self, graphdef, params, lcfg: LossConfig, ocfg: OptimConfig, *, variant: str,
-                 old_logp_mode: str, kernel_impl: str = "auto", mesh=None, frozen=None):
+                 old_logp_mode: str, kernel_impl: str = "auto", mesh=None, frozen=None,
+                 temperature: float = 1.0):
         """mesh: the training mesh its batches are sharded over (learn/batch.py's one rule), or
         None (a batch already laid out, e.g. a global array of every host's rows). frozen: a
         LoRA run's `adapters.Frozen` (`params` are then the adapters), or None."""
+        self.temperature = float(temperature)  # the rollout's: every log-prob is at it
         self.graphdef = graphdef
         self.frozen = frozen
         self.lcfg, self.ocfg = lcfg, ocfg
@@ -194,6 +197,7 @@ class Learner:
         # Learners of equal configuration share their jitted functions (and so their compiled
         # code): a demo or sweep building one trainer per run compiles the step once.
         key = (graphdef, repr(lcfg), repr(ocfg), self.variant, old_logp_mode, kernel_impl,
+               self.temperature,
                None if frozen is None else (frozen.train_graphdef, frozen.plain_graphdef,
                                             frozen.dropout_seed))
         if key not in _JITTED:
@@ -228,13 +232,13 @@ class Learner:
     # ---- no-grad statistics (refresh, recompute, reference) ----
     def _stats_impl(self, params, tokens_BT, attn_mask_BT, response_width, frozen=()):
         logp, ent = token_stats(self.graphdef, params, tokens_BT, attn_mask_BT, response_width,
-                                self.kernel_impl, frozen=frozen)
+                                self.kernel_impl, frozen=frozen, temperature=self.temperature)
         return jax.lax.stop_gradient(logp), jax.lax.stop_gradient(ent)
 
     def _reference_impl(self, base, tokens_BT, attn_mask_BT, response_width):
         """A LoRA run's reference policy: the base without adapters (the plain graph)."""
         logp, ent = token_stats(self.frozen.plain_graphdef, base, tokens_BT, attn_mask_BT,
-                                response_width, self.kernel_impl)
+                                response_width, self.kernel_impl, temperature=self.temperature)
         return jax.lax.stop_gradient(logp), jax.lax.stop_gradient(ent)
 
     def stats(self, params, tokens_BT, attn_mask_BT, response_width: int):
@@ -252,7 +256,7 @@ class Learner:
         h, w, _ = response_hidden(self.graphdef, jax.lax.stop_gradient(params), tokens_BT,
                                   attn_mask_BT, response_width, frozen)
         b, r, d = h.shape
-        ids, lp, _ = topk_logprobs(h.reshape(-1, d), w, k)
+        ids, lp, _ = topk_logprobs(h.reshape(-1, d), w, k, temperature=self.temperature)
         return ids.reshape(b, r, k), lp.reshape(b, r, k)
 
     def topk(self, params, tokens_BT, attn_mask_BT, response_width: int, k: int | None = None):
@@ -272,7 +276,7 @@ class Learner:
 
     def _sis_inputs(self, h_BRD, w_DV, mb: LearnerBatch):
         """SIS LossInputs fields: proposal top-K log-probs, current log-probs there, membership."""
-        k = self.proposal_top_k
+        k, t = self.proposal_top_k, self.temperature
         b, r, d = h_BRD.shape
         sg = jax.lax.stop_gradient
         ids_b = mb.topk_ids_BRK.reshape(-1, k)
@@ -280,13 +284,13 @@ class Learner:
         if self.old_logp_mode == "shortcut":
             # pi_old = the current parameters: their own top-K where the batch has no proposal.
             own_ids, own_lp, cur_b = topk_logprobs(sg(h_BRD).reshape(-1, d), sg(w_DV), k,
-                                                   gather_ids_NK=ids_b)
+                                                   gather_ids_NK=ids_b, temperature=t)
             ids = jnp.where(valid, ids_b, own_ids)
             old_k = jnp.where(valid, mb.topk_logp_BRK.reshape(-1, k), own_lp)
             cur_k = jnp.where(valid, cur_b, own_lp)
             known = jnp.ones_like(valid)
         else:
-            cur_k = gather_logprobs(sg(h_BRD).reshape(-1, d), sg(w_DV), ids_b)
+            cur_k = gather_logprobs(sg(h_BRD).reshape(-1, d), sg(w_DV), ids_b, temperature=t)
             ids, old_k, known = ids_b, mb.topk_logp_BRK.reshape(-1, k), valid
             cur_k = jnp.where(valid, cur_k, old_k)  # unknown rows: finite placeholders
         targets = mb.tokens_BT[:, -r:].reshape(-1, 1)
@@ -301,7 +305,7 @@ class Learner:
         graphdef = self.graphdef if self.frozen is None else self.frozen.train_graphdef
         logp, ent, h_BRD, w_DV = token_stats(graphdef, params, mb.tokens_BT, mb.attn_mask_BT,
                                              r, self.kernel_impl, with_hidden=True,
-                                             frozen=frozen)
+                                             frozen=frozen, temperature=self.temperature)
         resp, seed = mb.resp_mask_BR, mb.seed_mask_BR * mb.resp_mask_BR
         old = self._old_logp(logp, mb)
         loss_mask = losses.seed_loss_mask(resp, seed, self.variant)
