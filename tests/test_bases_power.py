@@ -92,8 +92,8 @@ def test_the_detectable_column_is_the_formula_on_the_per_base_differences(task):
     for m in ("ts_ratio", "ts_mixture"):
         diffs = np.array([np.mean(s) for s in v[f"{m}_pass1"]["value"]]) - dapo
         want = bases_stats.detectable_difference(float(np.std(diffs, ddof=1)), len(diffs))
-        cell = rows[bases_table.LABELS[m]][10]
+        cell = rows[bases_table.labels()[m]][10]
         assert cell == f"{want:.1f}"
         assert v[f"q_{m}_detectable"]["value"] == cell  # the record is up to date
-    assert rows[bases_table.LABELS["dapo"]][10] == "—"
+    assert rows[bases_table.labels()["dapo"]][10] == "—"
     assert got["table"]["columns"][10] == bases_table.DETECTABLE
