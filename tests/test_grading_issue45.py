@@ -26,6 +26,7 @@ import sys
 
 import pytest
 
+from tests.contract import run_both, violations
 from tests.grading_programs.issue45 import (
     AREA,
     CHECK_UNCALLED,
@@ -45,9 +46,8 @@ def run_all(ctx: dict) -> dict:
     from tseeds_jax.rewards import _pool
 
     picked = [c for c in cases() if not ctx.get("only") or c[0] in ctx["only"]]
-    res = rewards.score_batch("code", [c[1] for c in picked], [c[2] for c in picked], max_workers=2)
-    out = {"uid": os.getuid(), "scores": {c[0]: [r.score, r.reason, r.details.get("stderr_tail", "")[-200:]]
-                                          for c, r in zip(picked, res)}}
+    # each program through the grader and the plain judge (tests/contract.py)
+    out = {"uid": os.getuid(), "scores": run_both(picked)}
     # the same honest numpy program without the package: hidden, as documented (an error, not a pass)
     norm = "import numpy as np\ndef norm(v):\n    return float(np.linalg.norm(v))\n"
     r = rewards.score_result("code", norm, {"asserts": "assert abs(norm([3, 4]) - 5.0) < 1e-9"})
@@ -60,7 +60,7 @@ def run_all(ctx: dict) -> dict:
 
 
 def _check(out: dict) -> None:
-    bad = {name: out["scores"][name] for name, *_, want in cases() if out["scores"][name][0] != want}
+    bad = violations(cases(), out["scores"])
     assert not bad, bad
     assert out["numpy_hidden"][:2] == [0.0, "runtime_error"] and "numpy" in out["numpy_hidden"][2], out
     assert out["check_uncalled"][:2] == [0.0, "wrong"] and "no assert" in out["check_uncalled"][2], out

@@ -71,6 +71,28 @@ def helper_statements(helpers: str, entry_point: str | None) -> list[ast.stmt]:
     return out
 
 
+def with_prelude(program: str, helpers: str | None, entry_point: str | None) -> str:
+    """The program as HumanEval's harness runs it: the prompt's imports and helpers (the entry
+    point and stubs excepted: the program must define those itself) first, then the program, its
+    `from __future__` imports moved to the top (they must come first). A program that does not
+    parse is left as it is (its own SyntaxError is the verdict)."""
+    prelude = helper_statements(helpers, entry_point) if helpers else []
+    if not prelude:
+        return program
+    try:
+        tree = ast.parse(program.removeprefix("\ufeff"))
+    except (SyntaxError, ValueError):
+        return program
+    lines = program.removeprefix("\ufeff").splitlines(keepends=True)
+    future = [s for s in tree.body if isinstance(s, ast.ImportFrom) and s.module == "__future__"]
+    head = "".join("".join(lines[s.lineno - 1:s.end_lineno]) for s in future)
+    for s in reversed(future):  # blanked, not removed: the program's other lines stay where they were
+        for i in range(s.lineno - 1, s.end_lineno):
+            lines[i] = "\n"
+    text = ast.unparse(ast.Module([copy.deepcopy(s) for s in prelude], []))
+    return head + text + "\n" + "".join(lines)
+
+
 def helper_names(helpers: str | None, entry_point: str | None) -> frozenset[str]:
     if not helpers:
         return frozenset()

@@ -122,7 +122,8 @@ def _tests(reference) -> tuple[list[tuple], dict]:
     if not tests:
         raise ValueError("reference has no tests ('stdin_stdout' and 'asserts' both empty)")
     packages = reference.get("packages") or []
-    return tests, {"names": names, "float_tol": tol, "packages": packages}
+    return tests, {"names": names, "float_tol": tol, "packages": packages, "helpers": helpers,
+                   "entry": entry}
 
 
 def _weight(test: tuple) -> int:
@@ -160,6 +161,8 @@ def code_score(
     limits = SandboxLimits(cpu_s=cpu_s, wall_s=wall_s, memory_mb=memory_mb, nproc=nproc)
     io_only = all(t[0] == "io" for t in tests)
     program = code_block(response, facts["names"], stdin=io_only)
+    if facts["helpers"]:  # HumanEval: prompt + completion, as its harness runs them
+        program = checker_source.with_prelude(program, facts["helpers"], facts["entry"])
     t0 = time.monotonic()
     budget_end = t0 + max_total_s
     total = sum(_weight(t) for t in tests)

@@ -222,7 +222,7 @@ def _load_program():
     m.__file__ = "main.py"
     sys.modules["solution"] = m
     sys.argv = ["main.py"]
-    with open("main.py", encoding="utf-8", errors="surrogateescape") as f:
+    with open("main.py", encoding="utf-8-sig", errors="surrogateescape") as f:
         src = f.read()
     _exec(_compile(src, "main.py", "exec"), m.__dict__)
     return m.__dict__
@@ -302,6 +302,7 @@ def _step(k, msg, ns):
 def _main(mode):
     if _NPROC:
         _setrlimit(resource.RLIMIT_NPROC, (_NPROC, _NPROC))
+    _setrlimit(resource.RLIMIT_STACK, (_getrlimit(resource.RLIMIT_STACK)[1],) * 2)  # threads started
     _write(3, b"s")
     os.closerange(4, 6)  # the source and seccomp fds, if bwrap left them
     os.closerange(7, 1 << 20)
