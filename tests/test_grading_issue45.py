@@ -188,7 +188,9 @@ def test_values_are_read_through_their_base_types():
                      {"k": 1}.keys(), {"k": 1}.items(), {1: 2}.values(), Yes(0), LyingDict(a=1), 3 + 4j,
                      frozenset({1})])
     assert type(got[0]) is collections.Counter and got[0] == {"a": 2, "b": 1} and got[0]["z"] == 0
-    assert type(got[1]) is dict and got[1] == {"a": [1]} and type(got[2]) is dict and got[2] == {"b": 2}
+    assert type(got[1]) is dict and got[1] == {"a": [1]}
+    # issue 54 (W8): an OrderedDict keeps its order, which its equality reads
+    assert type(got[2]) is collections.OrderedDict and got[2] == collections.OrderedDict(b=2)
     assert type(got[3]) is tuple and got[3] == (1, 2) and type(got[4]) is int and got[4] == 1
     assert got[5] == fractions.Fraction(1, 3) and type(got[5]) is fractions.Fraction
     assert got[6] == decimal.Decimal("0.30") and str(got[6]) == "0.30"

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 import copy
 
-from tseeds_jax.rewards.assert_split import BUILTINS
+from tseeds_jax.rewards.assert_split import BUILTINS, IMPLICIT_MODULES
 
 
 class _CountAsserts(ast.NodeTransformer):
@@ -144,8 +144,8 @@ def entries(tree: ast.Module, entry_point: str | None) -> tuple[str, ...]:
         # a test that reads no name of the program's but builtins tests the program's builtins
         loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         if loaded - bound_names(tree) <= BUILTINS:
-            names = sorted({c for a in ast.walk(tree) if isinstance(a, ast.Assert) for c in _called(a)}
-                           - bound_names(tree))
+            # every call, not only those inside asserts: `r = sorted(xs)` then `assert r == ...`
+            names = sorted(_called(tree) - bound_names(tree))
     return tuple(dict.fromkeys(names))
 
 
@@ -173,6 +173,10 @@ def program_names(source: str, entry_point: str | None = None) -> set[str]:
     except SyntaxError:
         return {entry_point} if entry_point else set()
     loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    out = loaded - bound_names(tree) - BUILTINS
+    # a module name the test uses unimported is the module, not the program's (`math`, `np`)
+    out = loaded - bound_names(tree) - BUILTINS - set(IMPLICIT_MODULES)
     out |= set(entries(tree, entry_point))
+    # what a pytest-style test imports from the program (KodCode: `from solution import f`)
+    out |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "solution"
+            for a in n.names if a.name != "*"}
     return out

@@ -156,7 +156,7 @@ def judge_test(program: str, test: str, reference: dict, limits: SandboxLimits, 
 
 
 def judge(response: str, reference: dict, *, cpu_s: float = 10.0, wall_s: float = 10.0,
-          memory_mb: int = 1024, nproc: int = 16, packages=(), extra_binds=()) -> tuple[float, str]:
+          memory_mb: int = 1024, nproc: int = 32, packages=(), extra_binds=()) -> tuple[float, str]:
     """(1.0 or 0.0, the first failing test's status or "correct") with the reference semantics."""
     names = {reference["entry_point"]} if reference.get("entry_point") else set()
     srcs = reference.get("asserts") or []
