@@ -218,7 +218,9 @@ class _Split:
     def _reads(self, node: ast.AST) -> None:
         """Names read inside: helpers refused, literal names sent in first when needed."""
         for n in ast.walk(node):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            # `total += f(1)` reads `total` too (its target is a Store): it must be sent first
+            aug = isinstance(node, ast.AugAssign)
+            if isinstance(n, ast.Name) and (isinstance(n.ctx, ast.Load) or aug):
                 if n.id in self.helpers and n.id not in self.bound:
                     raise Unsplittable(f"uses the prompt's helper {n.id!r} (the test's own copy)")
                 if n.id in self.unsent:
