@@ -243,8 +243,8 @@ class CheckDialog(Dialog):
             return "tampering", "forged_result: a pass without the run's secret"
         if frame == ["pass", self.secret, frame[-1]] and isinstance(frame[-1], int) and frame[-1] >= 1:
             return "correct", ""
-        if frame[0] == "tamper":
-            return "tampering", " ".join(str(x) for x in frame[1:])[:300]
+        if frame[0] == "tamper":  # [tamper, code, what]
+            return "tampering", f"{frame[1]}: {' '.join(str(x) for x in frame[2:])}"[:300]
         if frame[0] == "noassert":
             return "wrong", "checked test: the test executed no assert"
         if frame[0] == "error" and len(frame) >= 2 and frame[1] in ("Timeout", "CpuLimit"):
