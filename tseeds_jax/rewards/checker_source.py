@@ -140,7 +140,10 @@ def entries(tree: ast.Module, entry_point: str | None) -> tuple[str, ...]:
     names = [entry_point] if entry_point else []
     names += [n.args[0].id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
               and n.func.id == "check" and len(n.args) == 1 and isinstance(n.args[0], ast.Name)]
-    if not names:
+    imports_solution = any(isinstance(n, ast.ImportFrom) and n.module == "solution"
+                           or isinstance(n, ast.Import) and any(a.name == "solution" for a in n.names)
+                           for n in ast.walk(tree))
+    if not names and not imports_solution:  # (the program's names come through `solution` there)
         # a test that reads no name of the program's but builtins tests the program's builtins
         loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         if loaded - bound_names(tree) <= BUILTINS:
