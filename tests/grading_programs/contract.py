@@ -15,15 +15,17 @@ W1_FORGER = d("""
     import __main__
     def is_even(n):
         return n % 2 == 1
-    if hasattr(__main__, "_answer"):
-        __main__._answer = lambda *a, **k: ["stop"]
+    if hasattr(__main__, "_answer"):  # calls end the iteration; everything else as usual
+        _real = __main__._answer
+        __main__._answer = lambda req, *a: ["stop"] if req[0] == "call" else _real(req, *a)
     """)
 W1_STARMAP = d("""
     import __main__
     def add(a, b):
         return 0
     if hasattr(__main__, "_answer"):
-        __main__._answer = lambda *a, **k: ["stop"]
+        _real = __main__._answer
+        __main__._answer = lambda req, *a: ["stop"] if req[0] == "call" else _real(req, *a)
     """)
 # W2: `math` unimported in the test; the program's own object answers isclose
 W2_INSTANCE = d("""
