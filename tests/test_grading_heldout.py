@@ -1,6 +1,8 @@
 """Issue 45's held-out set: programs written after the grader, apart from the issue's own tests
 (tests/grading_programs/heldout.py: other tasks, other spellings of each class). A wrong program
-rewarded or an honest one refused here reopens issue 45. As root and as a non-root user."""
+rewarded or an honest one refused here reopens issue 45. Each program also runs through the plain
+judge: every disagreement must be allowed by the contract (tests/contract.py). As root and as a
+non-root user."""
 
 from __future__ import annotations
 
@@ -10,28 +12,23 @@ import sys
 
 import pytest
 
+from tests.contract import run_both, violations
 from tests.grading_programs.heldout import cases
 from tests.sandbox_utils import run_runner, system_user
 
 
 def run_all(ctx: dict) -> dict:
-    from tseeds_jax import rewards
     from tseeds_jax.rewards import _pool
 
-    out = {"uid": os.getuid(), "scores": {}}
-    for opts in ({}, {"wall_s": 1.0}):  # grouped by reward options
-        picked = [c for c in cases() if c[3] == opts]
-        res = rewards.score_batch("code", [c[1] for c in picked], [c[2] for c in picked], max_workers=2,
-                                  **opts)
-        out["scores"].update({c[0]: [r.score, r.reason, r.details.get("stderr_tail", "")[-200:]]
-                              for c, r in zip(picked, res)})
+    # each program through the grader and the plain judge (tests/contract.py)
+    out = {"uid": os.getuid(), "scores": run_both(cases())}
     _pool.restart_shared(None)
     return out
 
 
 def _check(out: dict) -> None:
     assert len(out["scores"]) == len(cases())
-    bad = {name: out["scores"][name] for name, *_, want in cases() if out["scores"][name][0] != want}
+    bad = violations(cases(), out["scores"])
     assert not bad, bad
 
 

@@ -506,11 +506,13 @@ def test_only_one_well_formed_result_frame_per_step_counts():
     assert outcomes(b"R[0, 'done']\n", b"R[1, 'ok', 3]\n", b"R[2, 'ok', 4]\n") == ["correct", "correct"]
     assert outcomes(b"R[0, 'done']\nR[1, 'ok', 3]\nR[2, 'ok', 4]\n") == ["correct", "correct"]  # one chunk
     start = [b"R[0, 'done']\n", b"R[1, 'ok', 3]\n"]
-    for frames, want in (([*start, b"R[1, 'ok', 3]\n"], ["correct", "wrong"]),  # a step answered twice
-                         ([start[0], b"R[2, 'ok', 4]\n"], ["wrong", "no_result"]),  # out of turn
-                         ([*start, b"R{'a': 1}\n"], ["correct", "wrong"]),  # not a frame
-                         ([*start, b"Rnot a literal\n"], ["correct", "wrong"]),
-                         ([*start, b"R[2, 'ok', 4]"], ["correct", "no_result"])):  # never ended
+    # only the program could have written a frame the harness would not (issue 54: a tampering verdict);
+    # a run that exits 0 with an answer outstanding ended itself early
+    for frames, want in (([*start, b"R[1, 'ok', 3]\n"], ["correct", "tampering"]),  # a step answered twice
+                         ([start[0], b"R[2, 'ok', 4]\n"], ["tampering", "no_result"]),  # out of turn
+                         ([*start, b"R{'a': 1}\n"], ["correct", "tampering"]),  # not a frame
+                         ([*start, b"Rnot a literal\n"], ["correct", "tampering"]),
+                         ([*start, b"R[2, 'ok', 4]"], ["correct", "tampering"])):  # never ended
         assert outcomes(*frames) == want, frames
 
 

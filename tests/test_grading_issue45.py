@@ -26,6 +26,7 @@ import sys
 
 import pytest
 
+from tests.contract import run_both, violations
 from tests.grading_programs.issue45 import (
     AREA,
     CHECK_UNCALLED,
@@ -45,9 +46,8 @@ def run_all(ctx: dict) -> dict:
     from tseeds_jax.rewards import _pool
 
     picked = [c for c in cases() if not ctx.get("only") or c[0] in ctx["only"]]
-    res = rewards.score_batch("code", [c[1] for c in picked], [c[2] for c in picked], max_workers=2)
-    out = {"uid": os.getuid(), "scores": {c[0]: [r.score, r.reason, r.details.get("stderr_tail", "")[-200:]]
-                                          for c, r in zip(picked, res)}}
+    # each program through the grader and the plain judge (tests/contract.py)
+    out = {"uid": os.getuid(), "scores": run_both(picked)}
     # the same honest numpy program without the package: hidden, as documented (an error, not a pass)
     norm = "import numpy as np\ndef norm(v):\n    return float(np.linalg.norm(v))\n"
     r = rewards.score_result("code", norm, {"asserts": "assert abs(norm([3, 4]) - 5.0) < 1e-9"})
@@ -60,7 +60,7 @@ def run_all(ctx: dict) -> dict:
 
 
 def _check(out: dict) -> None:
-    bad = {name: out["scores"][name] for name, *_, want in cases() if out["scores"][name][0] != want}
+    bad = violations(cases(), out["scores"])
     assert not bad, bad
     assert out["numpy_hidden"][:2] == [0.0, "runtime_error"] and "numpy" in out["numpy_hidden"][2], out
     assert out["check_uncalled"][:2] == [0.0, "wrong"] and "no assert" in out["check_uncalled"][2], out
@@ -188,7 +188,9 @@ def test_values_are_read_through_their_base_types():
                      {"k": 1}.keys(), {"k": 1}.items(), {1: 2}.values(), Yes(0), LyingDict(a=1), 3 + 4j,
                      frozenset({1})])
     assert type(got[0]) is collections.Counter and got[0] == {"a": 2, "b": 1} and got[0]["z"] == 0
-    assert type(got[1]) is dict and got[1] == {"a": [1]} and type(got[2]) is dict and got[2] == {"b": 2}
+    assert type(got[1]) is dict and got[1] == {"a": [1]}
+    # issue 54 (W8): an OrderedDict keeps its order, which its equality reads
+    assert type(got[2]) is collections.OrderedDict and got[2] == collections.OrderedDict(b=2)
     assert type(got[3]) is tuple and got[3] == (1, 2) and type(got[4]) is int and got[4] == 1
     assert got[5] == fractions.Fraction(1, 3) and type(got[5]) is fractions.Fraction
     assert got[6] == decimal.Decimal("0.30") and str(got[6]) == "0.30"

@@ -13,6 +13,7 @@ silent: `health` (one warning per process, `check_rewards` for trainers) and `ts
 from tseeds_jax.rewards import code_reward as _code  # noqa: E402,F401 - registers "code"
 from tseeds_jax.rewards import gym_reward as _gym  # noqa: E402,F401 - registers "reasoning_gym"
 from tseeds_jax.rewards import math_reward as _math  # noqa: E402,F401 - registers "math"
+from tseeds_jax.rewards import plain_judge as _judge  # noqa: E402,F401 - registers "code_judge"
 from tseeds_jax.rewards.registry import (
     RewardResult,
     RewardSpec,

@@ -35,6 +35,7 @@ import tseeds_jax.rewards._linux as lx
 import tseeds_jax.rewards._mounts as _mounts
 import tseeds_jax.rewards.seccomp as seccomp_mod
 from tseeds_jax.rewards._common import (
+    SANDBOX_CPUS,
     UID_BASE,
     Dialog,
     RunResult,
@@ -42,6 +43,7 @@ from tseeds_jax.rewards._common import (
     harness_args,
     interpreter_paths,
     reachable_by_others,
+    sandbox_process_limits,
 )
 from tseeds_jax.rewards._mounts import SetupError, step, under
 
@@ -53,16 +55,16 @@ HOOK_MISSING_SOURCE = "/nonexistent/tseeds-sandbox-test-hook"
 SHM_MB = 16  # size of the private /dev/shm
 # The CPUs a program sees as online (os.cpu_count(), and so the default sizes of thread and process
 # pools): a constant, so that whether a program fits the process limit does not depend on the host.
-SANDBOX_CPUS = 4
 CPU_ONLINE = "/sys/devices/system/cpu/online"
 # The first line the interpreter runs, before the program: the process limit (see module
 # docstring), "started" on fd 3, every inherited fd above 2 closed; then main.py as __main__, read
 # as UTF-8 text (the program arrives as UTF-8 whatever its coding declaration says).
 PREAMBLE = (
-    "import os,resource as r;r.setrlimit(r.RLIMIT_NPROC,({n},{n}));os.write(3,b's');"
+    "import os,resource as r;r.setrlimit(r.RLIMIT_NPROC,({n},{n}));"
+    "r.setrlimit(r.RLIMIT_STACK,(r.getrlimit(r.RLIMIT_STACK)[1],)*2);os.write(3,b's');"
     "os.closerange(3,1<<20)\n"
     "import sys,types;m=types.ModuleType('__main__');m.__file__='main.py';sys.argv=['main.py'];"
-    "sys.modules['__main__']=m;exec(compile(open('main.py',encoding='utf-8',errors='surrogateescape')"
+    "sys.modules['__main__']=m;exec(compile(open('main.py',encoding='utf-8-sig',errors='surrogateescape')"
     ".read(),'main.py','exec'),m.__dict__)"
 )
 _STRERROR = {os.strerror(e): e for e in sorted(errno_mod.errorcode, reverse=True)}
@@ -240,6 +242,7 @@ def _launcher(argv, view, sources, limits, uid, fds, stage, hook) -> None:
                         (resource.RLIMIT_FSIZE, limits.fsize_mb << 20),
                         (resource.RLIMIT_NOFILE, limits.nofile), (resource.RLIMIT_CORE, 0)):
             resource.setrlimit(what, (n, n))  # soft == hard: SIGKILL at the CPU limit
+        sandbox_process_limits()
         if os.geteuid() == 0:
             os.setgroups([])
             os.setresgid(uid, uid, uid)
@@ -298,18 +301,24 @@ def run(source: str, stdin: str, limits: SandboxLimits, *, extra_binds: tuple[st
     sec_fd = _memfd("tseeds_seccomp", seccomp_mod.filter_bytes() if seccomp else b"")
     cpu_fd = _memfd("tseeds_cpus", f"0-{SANDBOX_CPUS - 1}\n".encode())
     r_spec, w_spec = os.pipe()  # fd 6 in the sandbox: what the harness's dialog sends (assert tests)
-    r_in, w_in = os.pipe()
+    # stdin is a file, as judges give it (fstat's size, one large read, /dev/stdin, seeking)
+    in_fd = _memfd("tseeds_stdin", stdin.encode())
+    r_in, w_in = os.pipe()  # nothing to pump: closed at once by the supervisor
+    os.close(r_in)
     r_out, w_out = os.pipe()
     r_err, w_err = os.pipe()
     r_st, w_st = os.pipe()
+    if root:  # the sandbox uid may reopen its own stdio (/dev/stdout, /dev/stderr, /dev/stdin)
+        for fd in (in_fd, w_out, w_err):
+            os.fchown(fd, uid, uid)
     pid = os.fork()
-    child_fds = [r_in, w_out, w_err, w_st, src_fd, sec_fd, r_spec, cpu_fd]
+    child_fds = [in_fd, w_out, w_err, w_st, src_fd, sec_fd, r_spec, cpu_fd]
     if pid == 0:
         _launcher(argv, view, sources, limits, uid, child_fds, stage, hook)
     for fd in child_fds:
         os.close(fd)
     fds = {"w_in": w_in, "r_out": r_out, "r_err": r_err, "r_st": r_st, "w_spec": w_spec}
-    return _bwrap_watch.supervise(pid, uid if root else None, limits, stdin.encode(), fds, t0, python,
+    return _bwrap_watch.supervise(pid, uid if root else None, limits, b"", fds, t0, python,
                                   seccomp, harness[1] if harness else None)
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import tseeds_jax.rewards._linux as lx
 import tseeds_jax.rewards._mounts as _mounts
+from tseeds_jax.rewards._common import sandbox_process_limits
 from tseeds_jax.rewards._mounts import SetupError, step
 
 SAFE_PATH = "/usr/local/bin:/usr/bin:/bin"
@@ -98,6 +99,7 @@ def _program_child(cfg: dict, fds: dict) -> None:
         rl.append((resource.RLIMIT_NPROC, limits.nproc, limits.nproc))
     for what, soft, hard in rl:
         step(f"setrlimit {what}", resource.setrlimit, what, (soft, hard))
+    step("stack limit and CPU affinity", sandbox_process_limits)
     if cfg["uid"] is not None:
         step("setgroups", os.setgroups, [])
         step(f"setresgid {cfg['uid']}", os.setresgid, cfg["uid"], cfg["uid"], cfg["uid"])

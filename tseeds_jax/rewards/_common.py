@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import errno
 import os
+import resource
 import signal
 import sys
 import warnings
@@ -59,6 +60,30 @@ class RunResult:
     error: dict | None = None
     result: bytes = b""  # what the harness (assert tests) sent on its result channel
 
+
+
+# The stack: a judge's (Codeforces: 256 MiB). The interpreter starts with 8 MiB soft (glibc takes
+# that as every thread's stack: 20 threads fit under RLIMIT_AS) and its first line raises the soft
+# limit to STACK_MB (the main thread's deep recursion: 1e5 memoised levels), `raise_stack`.
+STACK_START_MB, STACK_MB = 8, 256
+SANDBOX_CPUS = 4  # what the program sees: os.cpu_count() (/sys) and its CPU affinity
+
+
+def sandbox_process_limits() -> None:
+    """In a launcher, before exec: the stack's start and hard limits, and the CPU affinity (the
+    first SANDBOX_CPUS CPUs this process may use, as the CPU count the sandbox shows)."""
+    hard = resource.getrlimit(resource.RLIMIT_STACK)[1]
+    if os.geteuid() == 0:
+        hard = STACK_MB << 20
+    elif hard != resource.RLIM_INFINITY:
+        hard = min(hard, STACK_MB << 20)
+    else:
+        hard = STACK_MB << 20
+    resource.setrlimit(resource.RLIMIT_STACK, (min(STACK_START_MB << 20, hard), hard))
+    try:
+        os.sched_setaffinity(0, sorted(os.sched_getaffinity(0))[:SANDBOX_CPUS])
+    except OSError:  # a kernel without affinity control: the host's CPUs stay visible
+        pass
 
 
 _HERE = Path(__file__).parent

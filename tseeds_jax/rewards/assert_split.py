@@ -97,6 +97,10 @@ _MUTATING = frozenset({"append", "extend", "insert", "remove", "pop", "clear", "
 # builtins that call what they are given (a function of the program raising StopIteration would end
 # their loop early: PEP 479's rule needs the checker's proxies)
 _CALLERS = frozenset({"map", "filter", "iter"})
+# functions whose result is a comparison: never evaluated beside the program (`_no_leak`)
+_COMPARERS = frozenset({"eq", "ne", "lt", "le", "gt", "ge", "is_", "is_not", "contains", "countOf", "indexOf",
+                        "truth", "not_", "isclose", "allclose", "array_equal", "array_equiv", "equal",
+                        "not_equal", "isin", "all", "any", "bool", "__eq__", "__ne__", "__contains__"})
 _ORDER = {ast.Eq: "eq", ast.NotEq: "ne", ast.Lt: "lt", ast.LtE: "le", ast.Gt: "gt", ast.GtE: "ge",
           ast.In: "in", ast.NotIn: "not_in"}
 _FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne", "in": "contains",
@@ -214,7 +218,9 @@ class _Split:
     def _reads(self, node: ast.AST) -> None:
         """Names read inside: helpers refused, literal names sent in first when needed."""
         for n in ast.walk(node):
-            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load):
+            # `total += f(1)` reads `total` too (its target is a Store): it must be sent first
+            aug = isinstance(node, ast.AugAssign)
+            if isinstance(n, ast.Name) and (isinstance(n.ctx, ast.Load) or aug):
                 if n.id in self.helpers and n.id not in self.bound:
                     raise Unsplittable(f"uses the prompt's helper {n.id!r} (the test's own copy)")
                 if n.id in self.unsent:
@@ -286,8 +292,30 @@ class _Split:
                 return  # HumanEval's `assert True, "..."`: a no-op
             raise Unsplittable("a constant false assert")
         value, check = self._form(test)
+        self._no_leak(value, check)
         self._reads(value)
         self.steps.append(Step("eval", ast.unparse(value), check, ast.unparse(stmt)))
+
+    def _no_leak(self, value: ast.AST, check: Check) -> None:
+        """Refuse (to the checker) a value side that would carry the answer inside: a comparison
+        function (`operator.eq(f(x), 55) is True`, `math.isclose(...) == True`), a literal that
+        equals the expected value (`max(f(x), 55) == 55`: a frame of the program can read it), or
+        a builtin or module function whose truth or None is the whole answer (`all(f(x)) is True`:
+        a replaced `builtins.all` needs no answer to return True)."""
+        for n in ast.walk(value):
+            if not (isinstance(n, ast.Call) and self._wrapper(n.func)):
+                continue  # a program's call may hold its own input, whatever it equals
+            name = n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", "")
+            if name in _COMPARERS:
+                raise Unsplittable(f"the value side compares inside: {ast.unparse(value)[:120]}")
+            for a in [*n.args, *(k.value for k in n.keywords)]:
+                ok, lit = literal(a, {})
+                if ok and _same(lit, check.expected) and not isinstance(lit, bool) and lit is not None:
+                    raise Unsplittable(f"the expected value is an argument: {ast.unparse(value)[:120]}")
+        guessable = check.kind in ("truthy", "falsy", "is", "is_not") or (
+            check.kind in ("eq", "ne") and (check.expected is None or isinstance(check.expected, bool)))
+        if guessable and isinstance(value, ast.Call) and self._wrapper(value.func):
+            raise Unsplittable(f"a truth value computed by a builtin inside: {ast.unparse(value)[:120]}")
 
     def _form(self, test: ast.AST) -> tuple[ast.AST, Check]:
         if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
@@ -379,6 +407,15 @@ class _Split:
             self.value(right, "the value side")
             return right, Check(_FLIP[kind], want)
         raise Unsplittable(f"neither side is an expected value: {ast.unparse(test)[:120]}")
+
+
+def _same(a: Any, b: Any) -> bool:
+    """Is literal `a` the expected value `b` (numbers of any type)?"""
+    number = (int, float, complex)
+    try:
+        return bool((type(a) is type(b) or isinstance(a, number) and isinstance(b, number)) and a == b)
+    except Exception:  # noqa: BLE001 - incomparable literals are not the same
+        return False
 
 
 def split(source: str, entry_point: str | None = None, helpers: frozenset[str] = frozenset()) -> SplitSource:

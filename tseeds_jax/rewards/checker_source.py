@@ -21,7 +21,7 @@ from __future__ import annotations
 import ast
 import copy
 
-from tseeds_jax.rewards.assert_split import BUILTINS
+from tseeds_jax.rewards.assert_split import BUILTINS, IMPLICIT_MODULES
 
 
 class _CountAsserts(ast.NodeTransformer):
@@ -71,6 +71,28 @@ def helper_statements(helpers: str, entry_point: str | None) -> list[ast.stmt]:
     return out
 
 
+def with_prelude(program: str, helpers: str | None, entry_point: str | None) -> str:
+    """The program as HumanEval's harness runs it: the prompt's imports and helpers (the entry
+    point and stubs excepted: the program must define those itself) first, then the program, its
+    `from __future__` imports moved to the top (they must come first). A program that does not
+    parse is left as it is (its own SyntaxError is the verdict)."""
+    prelude = helper_statements(helpers, entry_point) if helpers else []
+    if not prelude:
+        return program
+    try:
+        tree = ast.parse(program.removeprefix("\ufeff"))
+    except (SyntaxError, ValueError):
+        return program
+    lines = program.removeprefix("\ufeff").splitlines(keepends=True)
+    future = [s for s in tree.body if isinstance(s, ast.ImportFrom) and s.module == "__future__"]
+    head = "".join("".join(lines[s.lineno - 1:s.end_lineno]) for s in future)
+    for s in reversed(future):  # blanked, not removed: the program's other lines stay where they were
+        for i in range(s.lineno - 1, s.end_lineno):
+            lines[i] = "\n"
+    text = ast.unparse(ast.Module([copy.deepcopy(s) for s in prelude], []))
+    return head + text + "\n" + "".join(lines)
+
+
 def helper_names(helpers: str | None, entry_point: str | None) -> frozenset[str]:
     if not helpers:
         return frozenset()
@@ -118,12 +140,15 @@ def entries(tree: ast.Module, entry_point: str | None) -> tuple[str, ...]:
     names = [entry_point] if entry_point else []
     names += [n.args[0].id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)
               and n.func.id == "check" and len(n.args) == 1 and isinstance(n.args[0], ast.Name)]
-    if not names:
+    imports_solution = any(isinstance(n, ast.ImportFrom) and n.module == "solution"
+                           or isinstance(n, ast.Import) and any(a.name == "solution" for a in n.names)
+                           for n in ast.walk(tree))
+    if not names and not imports_solution:  # (the program's names come through `solution` there)
         # a test that reads no name of the program's but builtins tests the program's builtins
         loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
         if loaded - bound_names(tree) <= BUILTINS:
-            names = sorted({c for a in ast.walk(tree) if isinstance(a, ast.Assert) for c in _called(a)}
-                           - bound_names(tree))
+            # every call, not only those inside asserts: `r = sorted(xs)` then `assert r == ...`
+            names = sorted(_called(tree) - bound_names(tree))
     return tuple(dict.fromkeys(names))
 
 
@@ -151,6 +176,10 @@ def program_names(source: str, entry_point: str | None = None) -> set[str]:
     except SyntaxError:
         return {entry_point} if entry_point else set()
     loaded = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)}
-    out = loaded - bound_names(tree) - BUILTINS
+    # a module name the test uses unimported is the module, not the program's (`math`, `np`)
+    out = loaded - bound_names(tree) - BUILTINS - set(IMPLICIT_MODULES)
     out |= set(entries(tree, entry_point))
+    # what a pytest-style test imports from the program (KodCode: `from solution import f`)
+    out |= {a.name for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module == "solution"
+            for a in n.names if a.name != "*"}
     return out

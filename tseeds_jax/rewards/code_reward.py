@@ -60,8 +60,15 @@ def _number(token: str) -> float | None:
     return x if math.isfinite(x) else None
 
 
-def same_output(got: str, want: str, float_tol: float | None = None) -> bool:
-    """Whitespace-normalised equality; with `float_tol`, numeric tokens within tolerance."""
+def same_output(got: str, want: str, float_tol: float | None = None, *, compare: str = "lines",
+                ignore_case: bool = False) -> bool:
+    """Whitespace-normalised equality; with `float_tol`, numeric tokens within tolerance;
+    `compare="tokens"`: the whole output as one sequence of tokens (line breaks are whitespace);
+    `ignore_case`: letters compared case-folded ("YES" == "yes")."""
+    if ignore_case:
+        got, want = got.lower(), want.lower()
+    if compare == "tokens":
+        got, want = " ".join(got.split()), " ".join(want.split())
     a, b = normalize_output(got), normalize_output(want)
     if a == b or float_tol is None or len(a) != len(b):
         return a == b
@@ -106,6 +113,10 @@ def _tests(reference) -> tuple[list[tuple], dict]:
     if tol is not None and (isinstance(tol, bool) or not isinstance(tol, (int, float))
                             or not 0 <= tol < math.inf):
         raise ValueError(f"reference['float_tol'] must be a finite number >= 0, got {tol!r}"[:200])
+    compare, ignore_case = reference.get("compare", "lines"), reference.get("ignore_case", False)
+    if compare not in ("lines", "tokens") or not isinstance(ignore_case, bool):
+        raise ValueError(f"reference['compare'] must be 'lines' or 'tokens' and reference['ignore_case'] a "
+                         f"bool, got {compare!r}, {ignore_case!r}"[:200])
     names: set[str] = {entry} if entry else set()
     asserts = reference.get("asserts")
     if asserts:
@@ -122,7 +133,8 @@ def _tests(reference) -> tuple[list[tuple], dict]:
     if not tests:
         raise ValueError("reference has no tests ('stdin_stdout' and 'asserts' both empty)")
     packages = reference.get("packages") or []
-    return tests, {"names": names, "float_tol": tol, "packages": packages}
+    return tests, {"names": names, "float_tol": tol, "packages": packages, "helpers": helpers,
+                   "entry": entry, "compare": compare, "ignore_case": ignore_case}
 
 
 def _weight(test: tuple) -> int:
@@ -140,7 +152,7 @@ def code_score(
     cpu_s: float = 2.0,
     wall_s: float = 4.0,
     memory_mb: int = 1024,
-    nproc: int = 16,
+    nproc: int = 32,  # a 20-thread pool and the checker fit
     max_total_s: float = 30.0,
     extra_binds: tuple[str, ...] | list[str] = (),
     packages: tuple[str, ...] | list[str] = (),
@@ -160,6 +172,8 @@ def code_score(
     limits = SandboxLimits(cpu_s=cpu_s, wall_s=wall_s, memory_mb=memory_mb, nproc=nproc)
     io_only = all(t[0] == "io" for t in tests)
     program = code_block(response, facts["names"], stdin=io_only)
+    if facts["helpers"]:  # HumanEval: prompt + completion, as its harness runs them
+        program = checker_source.with_prelude(program, facts["helpers"], facts["entry"])
     t0 = time.monotonic()
     budget_end = t0 + max_total_s
     total = sum(_weight(t) for t in tests)
@@ -172,7 +186,8 @@ def code_score(
             cap = max(limits.output_bytes, 4 * len(test[2].encode()) + (1 << 16))
             io_limits = dataclasses.replace(limits, output_bytes=cap)
             r = run_program(program, test[1], io_limits, extra_binds=binds)
-            ok = r.status == "ok" and same_output(r.stdout, test[2], facts["float_tol"])
+            ok = r.status == "ok" and same_output(r.stdout, test[2], facts["float_tol"],
+                                                  compare=facts["compare"], ignore_case=facts["ignore_case"])
             results = [("correct" if ok else _STATUS_REASON.get(r.status, r.status), r.stderr_tail[-300:])]
         elif test[0] == "steps":
             results, r = grading.run_steps(program, test[1], limits, binds, budget_end=budget_end,
@@ -199,6 +214,8 @@ def code_score(
     if first_fail is None:
         return RewardResult(1.0, "correct", details)
     details["stderr_tail"] = first_fail[1]
+    if first_fail[0] == "tampering":
+        details["tampering"] = first_fail[1].split(":", 1)[0]
     if sandbox is not None:
         details["sandbox_error"] = sandbox
     s = passed / total if mode == "fraction" else 0.0

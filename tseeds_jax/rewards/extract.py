@@ -6,6 +6,7 @@ All functions take the response text and return the extracted string, or None wh
 from __future__ import annotations
 
 import re
+import textwrap
 
 _BOX_RE = re.compile(r"\\(?:boxed|fbox)(?![A-Za-z])")
 _FINAL_RES = [
@@ -155,7 +156,8 @@ def code_block(text: str, names: set[str] | frozenset[str] = frozenset(), stdin:
     one that defines one of `names` (the functions the tests call), else (`stdin`: a program
     reading its input) the last one that reads stdin, else the last one that parses, else the last
     one; the whole text when there is no such block. A trailing usage example is not the program."""
-    blocks = _CODE_RE.findall(text)
+    # a block indented as a whole (inside a markdown list item) is its dedented text
+    blocks = [textwrap.dedent(b) for b in _CODE_RE.findall(text)]
     if not blocks:
         return text
     defined = [_defines(b) for b in blocks]

@@ -28,6 +28,11 @@ from tseeds_jax.rewards.sandbox_harness import decode
 
 # a run that ended without the result it was waiting for, by how it ended
 _NO_RESULT = {"ok": "no_result", "exit_nonzero": "no_result"}
+# the tampering verdicts (reason "tampering", details["tampering"] = the code; docs/sandbox.md):
+# forged_reply (the checker's reply protocol broken from the program's process), forged_result (a
+# result frame the harness did not write), opaque_value (a value that is not plain data, whose own
+# comparison would decide), ended_early (the run exited 0 before its result came back)
+TAMPERING = ("forged_reply", "forged_result", "opaque_value", "ended_early")
 _FRAME_MIN = 1 << 20  # a result frame may always be this long (more for a long expected value)
 
 
@@ -38,7 +43,9 @@ def matches(value: Any, check: Check) -> bool:
     if k == "method":  # the plain value's own (builtin) method
         name, args, kwargs, truth = want
         try:
-            return bool(getattr(value, name)(*args, **kwargs)) == truth
+            out = getattr(value, name)(*args, **kwargs)
+            # `"55".__eq__(55)` is NotImplemented, which is truthy: no answer, not a pass
+            return out is not NotImplemented and bool(out) == truth
         except Exception:  # noqa: BLE001 - what Python would raise fails the assert
             return False
     try:
@@ -131,8 +138,8 @@ class StepDialog(Dialog):
 
     def _frame(self, frame: list | None) -> None:
         k = self.k
-        if frame is None or frame[0] != k or len(frame) < 2:
-            return self._fail_rest(max(k, 1), "wrong", f"malformed result frame {str(frame)[:80]}")
+        if frame is None or frame[0] != k or len(frame) < 2:  # only the program could write it
+            return self._fail_rest(max(k, 1), "tampering", f"forged_result: frame {str(frame)[:80]}")
         what = frame[1]
         step = self.split.steps[k - 1] if k else None
         where = step.source if step else "the program"
@@ -160,8 +167,8 @@ class StepDialog(Dialog):
         if frame[1] == "error":  # the assert's call raised (fraction mode goes on to the next)
             outcome, note = _error_outcome(frame[2:])
             return outcome, f"{step.source}: {note}"[:300]
-        if frame[1] == "refused":
-            return "wrong", f"{step.source}: the value is not plain ({str(frame[2:])[:200]})"
+        if frame[1] == "refused":  # its own __eq__ would judge it: the program grading itself
+            return "tampering", f"opaque_value: {step.source}: not a plain value ({str(frame[2:])[:200]})"
         if frame[1] != "ok" or len(frame) != 3:
             return "wrong", f"{step.source}: malformed result"
         try:
@@ -199,6 +206,8 @@ class StepDialog(Dialog):
         else:
             outcome = _NO_RESULT.get(status, status or "no_result")
         where = self.split.steps[self.k - 1].source if self.k else "the program's import"
+        if status == "ok":  # exit status 0 with an answer outstanding: the program ended the run
+            return self._fail_rest(max(self.k, 1), "tampering", f"ended_early: {where}: no result")
         self._fail_rest(max(self.k, 1), outcome, f"{where}: no result ({status})")
 
 
@@ -227,9 +236,15 @@ class CheckDialog(Dialog):
 
     def _judge(self, frame: list | None) -> tuple[str, str]:
         if frame is None:
-            return "wrong", "checked test: malformed result"
+            return "tampering", "forged_result: checked test: malformed result"
+        if frame[0] == "pass":
+            if frame == ["pass", self.secret, frame[-1]] and isinstance(frame[-1], int) and frame[-1] >= 1:
+                return "correct", ""
+            return "tampering", "forged_result: a pass without the run's secret"
         if frame == ["pass", self.secret, frame[-1]] and isinstance(frame[-1], int) and frame[-1] >= 1:
             return "correct", ""
+        if frame[0] == "tamper":  # [tamper, code, what]
+            return "tampering", f"{frame[1]}: {' '.join(str(x) for x in frame[2:])}"[:300]
         if frame[0] == "noassert":
             return "wrong", "checked test: the test executed no assert"
         if frame[0] == "error" and len(frame) >= 2 and frame[1] in ("Timeout", "CpuLimit"):
@@ -244,7 +259,10 @@ class CheckDialog(Dialog):
                 outcome = "budget" if time.monotonic() >= self.budget_end else "timeout"
             else:
                 outcome = _NO_RESULT.get(status, status or "no_result")
-            self.outcome = (outcome, f"checked test: no result ({status})")
+            if status == "ok":
+                outcome, status = "tampering", "ended_early"
+            self.outcome = (outcome, f"checked test: no result ({status})" if outcome != "tampering"
+                            else "ended_early: checked test: no result")
 
 
 def _harness_limits(limits: sandbox.SandboxLimits, budget_end: float) -> sandbox.SandboxLimits:

@@ -64,14 +64,58 @@ def configure(*, allow_weak_isolation: bool = False, extra_binds: tuple[str, ...
     _pool.restart_shared(_pool.shared_python())
 
 
-def package_binds(names) -> tuple[str, ...]:
+def package_closure(names) -> list[str]:
+    """`names` and the top-level packages of their distributions' requirements, recursively (pytest
+    needs `_pytest`, `pluggy`, `iniconfig`, `packaging`): requirements whose environment marker
+    does not hold here (extras, other platforms) are left out."""
+    import importlib.metadata as md
+    import re
+
+    tops = md.packages_distributions()  # top-level package -> distributions
+    dist_tops: dict[str, list[str]] = {}
+    for top, dists in tops.items():
+        for dname in dists:
+            dist_tops.setdefault(dname.lower().replace("_", "-"), []).append(top)
+    out, todo, seen = list(names), [d for n in names for d in tops.get(n, [])], set()
+    while todo:
+        dname = todo.pop().lower().replace("_", "-")
+        if dname in seen:
+            continue
+        seen.add(dname)
+        out += [t for t in dist_tops.get(dname, []) if t.isidentifier()]
+        try:
+            reqs = md.requires(dname) or []
+        except md.PackageNotFoundError:
+            continue
+        for req in reqs:
+            if ";" in req and not _marker_holds(req.split(";", 1)[1]):
+                continue
+            todo.append(re.match(r"[A-Za-z0-9_.\-]+", req).group(0))
+    return list(dict.fromkeys(out))
+
+
+def _marker_holds(marker: str) -> bool:
+    try:
+        from packaging.markers import Marker
+    except ImportError:  # no evaluator: a conditional requirement is left out
+        return False
+    try:
+        return Marker(marker.strip()).evaluate({"extra": ""})
+    except Exception:  # noqa: BLE001 - a marker we cannot read: left out
+        return False
+
+
+def package_binds(names, *, closure: bool = True) -> tuple[str, ...]:
     """The directories that make installed top-level packages importable in the sandbox (its
     site-packages are hidden): the package and a sibling `NAME.libs` of bundled shared libraries
-    (numpy's wheels keep OpenBLAS there). ValueError naming a package that is not installed."""
+    (numpy's wheels keep OpenBLAS there), and (`closure`) their requirements'
+    (`package_closure`). ValueError naming a package that is not installed."""
     import importlib.util
 
     if isinstance(names, str) or not all(isinstance(n, str) and n.isidentifier() for n in names):
         raise ValueError(f"packages must be a list of package names, got {names!r}"[:200])
+    if closure and names:
+        names = package_closure(names)
     out: list[str] = []
     for name in names:
         spec = importlib.util.find_spec(name)

@@ -59,6 +59,10 @@ _COUNT = [0]
 _STATE = {"unittest_ran": False, "ns": None}
 
 
+class _Forged(BaseException):
+    """The program's process broke the reply protocol (it rebound the server's code): tampering."""
+
+
 def _ask(*req):
     """One request to the program's process; its plain answer (handles for the rest)."""
     if "dead" in _CHAN:
@@ -75,6 +79,8 @@ def _ask(*req):
     if reply[0] == "ok":
         return reply
     if reply[0] == "stop":
+        if req[0] != "next":  # only `next` may end an iteration; for any other request "stop"
+            raise _Forged(f"the program's process answered {req[0]!r} with 'stop'")  # is forged
         raise StopIteration
     if reply[0] == "limit":
         _kill_program("cpu")
@@ -84,9 +90,12 @@ def _ask(*req):
     name, msg = (reply[1], reply[2]) if _len(reply) >= 3 else ("RuntimeError", _str(reply)[:200])
     if name in ("StopIteration", "StopAsyncIteration"):
         raise RuntimeError(f"the program raised {name} (PEP 479: it must not end the test's loop)")
-    exc = getattr(_builtins, name, None) if _isinstance(name, str) else None
-    if _isinstance(exc, type) and issubclass(exc, Exception):
-        raise exc(msg)
+    # a class of the program's (`class BadInput(ValueError)`) arrives as its nearest builtin base,
+    # so that the test's `except ValueError` / `pytest.raises(ValueError)` catches it
+    for n in (name, *(reply[3:4] if _len(reply) >= 4 else ())):
+        exc = getattr(_builtins, n, None) if _isinstance(n, str) else None
+        if _isinstance(exc, type) and issubclass(exc, Exception) and exc is not StopIteration:
+            raise exc(msg)
     raise RuntimeError(f"{name}: {msg}"[:300])
 
 
@@ -203,8 +212,9 @@ def _lookup(name, entry):
 
 
 def _implicit_module(name):
-    """The module a test means by a name it uses without importing it (`math`, `np`), when the
-    program bound that name to a module too (or not at all): the checker's own import."""
+    """The module a test means by a name it uses without importing it (`math`, `np`): the
+    checker's own import, whatever the program bound that name to (an instance or a ModuleType
+    subclass of its own would answer `math.isclose` itself)."""
     import sys
 
     if name == "np":
@@ -221,14 +231,10 @@ class _TestNS(dict):
         if not entry and (name.startswith("__") or hasattr(_builtins, name)):
             raise KeyError(name)
         module = None if entry else _implicit_module(name)
-        try:
+        value = None
+        if module is None:
             value = _lookup(name, entry)
-        except KeyError:
-            if module is None:
-                raise
-            value = None
-        program_module = _type(value) is _Handle and object.__getattribute__(value, "_kind") == "module"
-        if module is not None and (value is None or program_module):
+        if module is not None:  # the real module, whatever the program bound the name to
             import importlib
 
             value = self[name] = importlib.import_module(module)
@@ -344,6 +350,8 @@ def _verdict(spec):
         return ["error", "Timeout", _str(e)[:200]]
     except _Limit:
         return ["error", "CpuLimit", "a call ran past its CPU limit"]
+    except _Forged as e:
+        return ["tamper", "forged_reply", _str(e)[:200]]
     except BaseException as e:  # noqa: BLE001 - whatever else ends the test: no pass
         return _error(e)
     if _COUNT[0] == 0:

@@ -58,6 +58,7 @@ _complex_complex, _str_str, _bytes_bytes = complex.__complex__, str.__str__, byt
 _list_copy, _tuple_iter, _set_copy, _fset_copy, _dict_copy = (list.copy, tuple.__iter__, set.copy,
                                                                 frozenset.copy, dict.copy)
 _bytes_hex, _bytearray_hex, _bytearray_copy = bytes.hex, bytearray.hex, bytearray.copy
+_dict_getitem = dict.__getitem__
 _KEYS, _VALUES, _ITEMS = type({}.keys()), type({}.values()), type({}.items())
 _CONTAINER_TAG = {list: "l", tuple: "t", set: "S", frozenset: "F"}
 _INF = float("inf")
@@ -100,6 +101,12 @@ def encode(v, depth=0, other=None):
     if t is _KEYS or t is _VALUES or t is _ITEMS or _issubclass(t, (_KEYS, _VALUES, _ITEMS)):
         kind = "K" if _issubclass(t, _KEYS) else "V" if _issubclass(t, _VALUES) else "I"
         return [kind, [encode(x, depth + 1, other) for x in _list(v)]]
+    odict = _named_base(t, "collections", "OrderedDict") if _issubclass(t, dict) else None
+    if odict is not None:
+        # its order is part of its equality (OrderedDict == OrderedDict): it stays one, read in
+        # its own order by the base class's C methods
+        return ["O", [[encode(k, depth + 1, other), encode(_dict_getitem(v, k), depth + 1, other)]
+                      for k in _list(odict.__iter__(v))]]
     if _issubclass(t, dict) and _named_base(t, "collections", "Counter") is not None:
         # a Counter stays one (a missing key counts 0): its items, read as a dict's
         return ["C", encode(_dict_copy(v), depth + 1, other)[1]]
@@ -171,6 +178,11 @@ def decode(v, depth=0, handle=None):
         return _dict(_zip(_range(_len(v[1])), (decode(x, depth + 1, handle) for x in v[1]))).values()
     if tag == "I":
         return _dict(decode(x, depth + 1, handle) for x in v[1]).items()
+    if tag == "O":
+        import collections
+
+        return collections.OrderedDict((decode(k, depth + 1, handle), decode(x, depth + 1, handle))
+                                       for k, x in v[1])
     if tag == "C":
         import collections
 
@@ -196,7 +208,14 @@ def _report(obj):
 
 
 def _error(e):
-    return ["error", _type(e).__name__[:60], _str(e)[:200]]
+    """[error, type name, message, the nearest builtin base class's name]."""
+    base = next((c.__name__ for c in _type.__getattribute__(_type(e), "__mro__")
+                 if c.__module__ == "builtins"), "BaseException")
+    try:
+        msg = _str(e)[:200]
+    except _BaseException:  # a __str__ of the program's that raises: no message
+        msg = ""
+    return ["error", _type(e).__name__[:60], msg, base]
 
 
 def _read_exact(fd, n):
@@ -222,7 +241,7 @@ def _load_program():
     m.__file__ = "main.py"
     sys.modules["solution"] = m
     sys.argv = ["main.py"]
-    with open("main.py", encoding="utf-8", errors="surrogateescape") as f:
+    with open("main.py", encoding="utf-8-sig", errors="surrogateescape") as f:
         src = f.read()
     _exec(_compile(src, "main.py", "exec"), m.__dict__)
     return m.__dict__
@@ -302,6 +321,7 @@ def _step(k, msg, ns):
 def _main(mode):
     if _NPROC:
         _setrlimit(resource.RLIMIT_NPROC, (_NPROC, _NPROC))
+    _setrlimit(resource.RLIMIT_STACK, (_getrlimit(resource.RLIMIT_STACK)[1],) * 2)  # threads started
     _write(3, b"s")
     os.closerange(4, 6)  # the source and seccomp fds, if bwrap left them
     os.closerange(7, 1 << 20)
