@@ -41,6 +41,32 @@ def verdict(case, s) -> str:
     return "ok"
 
 
+# refusals of honest programs that docs/sandbox.md documents (at 2fddd87): "Not crossing: a function or
+# lambda of the test passed to the program, arithmetic on handles"; extraction of ```python / py /
+# python3 blocks, the last one that defines a name the tests call
+DOCUMENTED = {"r7_lambda_arg", "r7_handle_arith", "r11_fence_untagged", "r11_tilde_fence", "r11_split_blocks"}
+
+
+def summary(rows, whos) -> None:
+    import collections
+
+    agg = collections.OrderedDict()
+    for r in rows:
+        a = agg.setdefault(r["class"], collections.Counter())
+        a["programs"] += 1
+        for w in whos:
+            v, g, j = r[w]["verdict"], r[w]["grader"], r[w]["judge"]
+            a[f"{w} wrong rewarded"] += v == "WRONG_REWARDED"
+            a[f"{w} tamper undetected"] += v == "TAMPER_UNDETECTED"
+            a[f"{w} honest refused"] += v == "HONEST_REFUSED"
+            a[f"{w} honest refused (documented)"] += v == "HONEST_REFUSED" and r["name"] in DOCUMENTED
+            a[f"{w} more lenient than judge (A)"] += g > j
+            a[f"{w} stricter than judge on honest (B)"] += r["kind"] == "honest" and g < j
+    print("\nclass | " + " | ".join(k for k in next(iter(agg.values()))))
+    for c, a in agg.items():
+        print(c, "|", " | ".join(str(v) for v in a.values()))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--only", default=None)
@@ -69,9 +95,10 @@ def main() -> None:
                 for who in runs]
         print(f"{r['name']:<40} {r['kind']:<7} " + " | ".join(cols))
         bad = [who for who in runs if not r[who]["verdict"].startswith("ok")]
-        if True:
+        if bad:
             w = (bad or list(runs))[0]
             print("    note:", r[w]["note"][-200:].replace("\n", " "), "| tampering:", r[w]["tampering"])
+    summary(rows, list(runs))
 
 
 if __name__ == "__main__":

@@ -623,6 +623,60 @@ add("r11_wrong_last_block", "R11 extraction", "honest first block, wrong 'optimi
     "```python\ndef add(a, b):\n    return a + b\n```\nFaster:\n```python\ndef add(a, b):\n    return a * b\n```\n",
     {"asserts": "assert add(2, 3) == 5"})
 
+# ---------------------------------------------------------------- R12: exceptions the checker maps to builtins
+EXC_TEST = "try:\n    parse('x')\n    ok = False\nexcept Exception:\n    ok = True\nassert ok and parse('3') == 3"
+add("r12_keyboardinterrupt_as_exception", "R12 exception mapping", "raise KeyboardInterrupt, test catches Exception",
+    "wrong", "def parse(s):\n    if not s.isdigit():\n        raise KeyboardInterrupt\n    return int(s)\n", {"asserts": EXC_TEST})
+add("r12_systemexit_as_exception", "R12 exception mapping", "raise SystemExit(3), test catches Exception", "wrong",
+    "def parse(s):\n    if not s.isdigit():\n        raise SystemExit(3)\n    return int(s)\n", {"asserts": EXC_TEST})
+add("r12_generatorexit_as_exception", "R12 exception mapping", "raise GeneratorExit, test catches Exception", "wrong",
+    "def parse(s):\n    if not s.isdigit():\n        raise GeneratorExit\n    return int(s)\n", {"asserts": EXC_TEST})
+add("r12_own_valueerror_pytest", "R12 exception mapping", "program's own class named ValueError, pytest.raises(ValueError)",
+    "wrong", "class ValueError(Exception):\n    pass\ndef root(x):\n    if x < 0:\n        raise ValueError('neg')\n    return x ** 0.5\n",
+    {"asserts": "import pytest\nfrom solution import root\n\ndef test_neg():\n    with pytest.raises(ValueError):\n        root(-1)\n"
+                "    assert root(4) == 2.0\n", "packages": ["pytest"]})
+add("r12_kbint_pytest_raises_exception", "R12 exception mapping", "KeyboardInterrupt vs pytest.raises(Exception)", "wrong",
+    "def root(x):\n    if x < 0:\n        raise KeyboardInterrupt\n    return x ** 0.5\n",
+    {"asserts": "import pytest\nfrom solution import root\n\ndef test_neg():\n    with pytest.raises(Exception):\n        root(-1)\n"
+                "    assert root(4) == 2.0\n", "packages": ["pytest"]})
+add("r12_honest_match", "R12 exception mapping", "pytest.raises(ValueError, match=...)", "honest",
+    "def root(x):\n    if x < 0:\n        raise ValueError('negative input')\n    return x ** 0.5\n",
+    {"asserts": "import pytest\nfrom solution import root\n\ndef test_neg():\n    with pytest.raises(ValueError, match='negative'):\n        root(-1)\n",
+     "packages": ["pytest"]})
+
+# ---------------------------------------------------------------- R13: more honest values in checked tests (H2/H3 forms)
+add("r13_range_eq", "R13 honest values (checked)", "range result == range(3)", "honest",
+    "def rng(n):\n    return range(n)\n", {"asserts": "assert rng(3) == range(3) and len(rng(3)) == 3"})
+add("r13_deque_eq", "R13 honest values (checked)", "deque result == deque", "honest",
+    "from collections import deque\ndef dq(xs):\n    return deque(xs)\n",
+    {"asserts": "from collections import deque\nassert dq([1, 2]) == deque([1, 2])"})
+add("r13_intenum_name_checked", "R13 honest values (checked)", "IntEnum .name in a checked test", "honest",
+    "import enum\nclass C(enum.IntEnum):\n    RED = 1\ndef color(i):\n    return C(i)\n",
+    {"asserts": "assert color(1).name == 'RED' and color(1) == 1"})
+add("r13_kwarg_mutation", "R13 honest values (checked)", "keyword-argument mutation copied back", "honest",
+    "def sort_in_place(xs):\n    xs.sort()\n", {"asserts": "data = [3, 1, 2]\nsort_in_place(xs=data)\nassert data == [1, 2, 3] and len(data) == 3"})
+add("r13_type_is", "R13 honest values (checked)", "type(make()) is Node", "honest",
+    "class Node:\n    pass\ndef make():\n    return Node()\n", {"asserts": "assert type(make()) is Node and make() is not None"})
+add("r13_hasattr_dunder", "R13 honest values (checked)", "hasattr(obj, '__len__')", "honest",
+    "class Bag:\n    def __len__(self):\n        return 0\ndef bag():\n    return Bag()\n",
+    {"asserts": "b = bag()\nassert hasattr(b, '__len__') and len(b) == 0"})
+add("r13_max_objects", "R13 honest values (checked)", "max() of program objects with __lt__", "honest",
+    "class W:\n    def __init__(self, w):\n        self.w = w\n    def __lt__(self, o):\n        return self.w < o.w\n"
+    "def items():\n    return [W(1), W(3), W(2)]\n", {"asserts": "assert max(items()).w == 3 and min(items()).w == 1"})
+add("r13_same_object_twice", "R13 honest values (checked)", "a singleton returned twice: `a is b`", "honest",
+    "class _S:\n    pass\n_one = _S()\ndef get():\n    return _one\n", {"asserts": "assert get() is get()"})
+add("r13_program_class_default_eq", "R13 honest values (checked)", "list of program objects contains the same one", "honest",
+    "class T:\n    pass\n_t = [T(), T()]\ndef tasks():\n    return _t\ndef first():\n    return _t[0]\n",
+    {"asserts": "assert first() in tasks() and len(tasks()) == 2"})
+
+# ---------------------------------------------------------------- R14: programs that fool the plain judge (grader must stay 0)
+add("r14_systemexit_split", "R14 judge fooled", "raise SystemExit in the call (judge swallows SystemExit at test level)",
+    "wrong", "def fib(n):\n    raise SystemExit\n", {"asserts": "assert fib(10) == 55"})
+add("r14_systemexit_checked", "R14 judge fooled", "raise SystemExit in the call, checked test", "wrong",
+    "def fib(n):\n    raise SystemExit(0)\n", {"asserts": "assert all(fib(n) == m for n, m in [(10, 55)])"})
+add("r14_unittest_exit_in_setup", "R14 judge fooled", "sys.exit(0) from the program inside a TestCase", "wrong",
+    "import sys\ndef my_sort(xs):\n    sys.exit(0)\n", {"asserts": UT})
+
 
 def cases() -> list[tuple]:
     return list(CASES)
