@@ -677,6 +677,21 @@ add("r14_systemexit_checked", "R14 judge fooled", "raise SystemExit in the call,
 add("r14_unittest_exit_in_setup", "R14 judge fooled", "sys.exit(0) from the program inside a TestCase", "wrong",
     "import sys\ndef my_sort(xs):\n    sys.exit(0)\n", {"asserts": UT})
 
+# ---------------------------------------------------------------- R15: more forms found late
+add("r15_float_underscore", "R9 stdin/stdout", "'1_0' printed for 10 under float_tol (float() accepts it)", "wrong",
+    "print('1_0')\n", {"stdin_stdout": [["\n", "10\n"]], "float_tol": 1e-6})
+add("r15_float_arabic_digits", "R9 stdin/stdout", "Arabic-Indic digits under float_tol", "wrong",
+    "print('\u0661\u0660')\n", {"stdin_stdout": [["\n", "10\n"]], "float_tol": 1e-6})
+add("r15_np_testing_only", "R13 honest values (checked)", "test of np.testing.assert_array_equal only", "honest",
+    "import numpy as np\ndef twice(xs):\n    return np.array(xs) * 2\n",
+    {"asserts": "import numpy as np\nnp.testing.assert_array_equal(twice([1, 2]), [2, 4])", "packages": ["numpy"]})
+add("r15_np_elementwise_all", "R13 honest values (checked)", "assert (f(x) == np.array(...)).all()", "honest",
+    "import numpy as np\ndef twice(xs):\n    return np.array(xs) * 2\n",
+    {"asserts": "import numpy as np\nassert (twice([1, 2]) == np.array([2, 4])).all()", "packages": ["numpy"]})
+add("r15_np_testing_wrong", "R13 honest values (checked)", "np.testing only, wrong program", "wrong",
+    "import numpy as np\ndef twice(xs):\n    return np.array(xs)\n",
+    {"asserts": "import numpy as np\nnp.testing.assert_array_equal(twice([1, 2]), [2, 4])", "packages": ["numpy"]})
+
 
 def cases() -> list[tuple]:
     return list(CASES)
