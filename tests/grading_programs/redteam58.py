@@ -2,7 +2,10 @@
 contract.py's W1-W8 / H1-H10). Programs as data: (name, program, reference, options, truth, class,
 form, kind) where kind is "wrong" (must score 0), "honest" (must score 1) or "tamper" (must score 0,
 with reason "tampering" where the grader cannot simply prevent it). Run by tools/redteam58_run.py
-through the grader ("code") and the plain judge ("code_judge"), as root and as a non-root user."""
+through the grader ("code") and the plain judge ("code_judge"), as root and as a non-root user.
+Not a test: its failures are the record of what the grader at i54 still gets wrong (stop 58).
+"""
+# ruff: noqa: E501  (programs and tests as one-line literals, as the red team wrote them)
 
 from __future__ import annotations
 
