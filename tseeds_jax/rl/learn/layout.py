@@ -11,8 +11,8 @@ Two layouts (`learner.layout`):
   This is the layout of every host-side array (`build_batch`, `padded_rows`) and of the
   response-aligned view.
 * "packed": the sequences of each group are packed first-fit-decreasing into Q rows of L tokens
-  (several sequences per row; Q bucketed to a power of two so a run compiles a handful of
-  programs). Each sequence is a segment (ids 1, 2, ... within a row; 0 is padding), positions
+  (several sequences per row; Q bucketed to 2^k or 3 * 2^k so a run compiles a handful of
+  programs, `bucket_rows`). Each sequence is a segment (ids 1, 2, ... within a row; 0 is padding), positions
   restart at 0 in each segment, attention stays within a segment (model/attention.py), and
   `gather_NR` says where in its group's flattened [Q * L] hidden states the state predicting
   response token r of sequence n sits. Only the forward pass sees packed rows: the hidden states
@@ -33,6 +33,8 @@ import jax.numpy as jnp
 import numpy as np
 
 LAYOUTS = ("padded", "packed")
+# Packed row counts a group is rounded up to (`bucket_rows`): 1, 2, 3, 4, 6, 8, 12, 16, 24, ...
+ROW_BUCKETS = tuple(sorted({2**k for k in range(32)} | {3 * 2**k for k in range(31)}))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -127,10 +129,11 @@ def response_targets(tokens_BT, response_width: int, targets_BR=None):
 
 
 def bucket_rows(q: int, cap: int, multiple: int = 1) -> int:
-    """Packed rows of a group: q rounded up to a power of two (a handful of compiled shapes),
-    at most `cap` (a group never needs more rows than sequences), a multiple of `multiple`
-    (whole rows per device of the batch axes)."""
-    b = 1 << max(q - 1, 0).bit_length()
+    """Packed rows of a group: q rounded up to the next size 2^k or 3 * 2^k (two compiled shapes
+    per doubling, at most a third of the rows wasted; pure powers of two waste up to half), at
+    most `cap` (a group never needs more rows than sequences), then up to a multiple of
+    `multiple` (whole rows per device of the batch axes)."""
+    b = min(s for s in ROW_BUCKETS if s >= q)
     b = min(b, max(cap, q))
     return -(-b // multiple) * multiple
 
