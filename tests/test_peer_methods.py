@@ -14,6 +14,7 @@ from tseeds_jax.rl import losses
 from tseeds_jax.rl.config import ConfigValueError, TrainConfig
 from tseeds_jax.rl.config.methods import apply_restart
 from tseeds_jax.rl.learn import batch as batch_lib
+from tseeds_jax.rl.learn import layout as layout_lib
 from tseeds_jax.rl.learn.hooks import LearnerHooks
 from tseeds_jax.rl.methods import branch as branching
 from tseeds_jax.rl.methods import routes
@@ -80,7 +81,7 @@ class Scripted:
         prompts = types.SimpleNamespace(take=self._take, encode_text=lambda t: [ord(c) for c in t])
         stats = types.SimpleNamespace(
             logp_entropy=self._stats, prompt_width=4, response_width=R, pad_id=0,
-            sequences=lambda samples: rollout.sequences_for_stats(
+            sequences=lambda samples: layout_lib.padded_rows(
                 [(x.prompt_ids, x.response_ids) for x in samples], 4, R, 0))
         env = types.SimpleNamespace(
             sample_fn=self._sample, prompts=prompts, decode=lambda ids: " ".join(map(str, ids)),

@@ -13,6 +13,7 @@ from tests.trainer_utils import parity_reward, set_fields, tiny_cd
 from tseeds_jax.rl.config import TrainConfig
 from tseeds_jax.rl.config.methods import apply_method
 from tseeds_jax.rl.learn import batch as batch_lib
+from tseeds_jax.rl.learn import layout as layout_lib
 from tseeds_jax.rl.learn.hooks import TopKProposal
 from tseeds_jax.rl.rollout import samples as rollout
 from tseeds_jax.rl.run import hosts
@@ -92,7 +93,7 @@ def test_annotate_stale_samples_matches_whole_batch(tmp_path, monkeypatch):
     tr = _trainer(tmp_path, "m2po")
     r = tr.cfg.rollout.max_response_len
     samples = _samples(5, seed=2, r=r)  # 5 rows: the last chunk is padded
-    tokens, attn = rollout.sequences_for_stats([(s.prompt_ids, s.response_ids) for s in samples],
+    tokens, attn = layout_lib.padded_rows([(s.prompt_ids, s.response_ids) for s in samples],
                                                tr.cfg.data.max_prompt_len, r)
     params = _params(tr)
     want = tr.learner.stats(params, tokens, attn, r)[0]
@@ -110,7 +111,7 @@ def test_seed_topk_at_refresh_matches_whole_batch(tmp_path, monkeypatch):
     tr = _trainer(tmp_path, "sis_seeds")
     r, k = tr.cfg.rollout.max_response_len, tr.learner.proposal_top_k
     samples = _samples(6, seed=3, r=r)
-    tokens, attn = rollout.sequences_for_stats([(s.prompt_ids, s.response_ids) for s in samples],
+    tokens, attn = layout_lib.padded_rows([(s.prompt_ids, s.response_ids) for s in samples],
                                                tr.cfg.data.max_prompt_len, r)
     lengths = np.array([min(len(s.response_ids), h) for s, h in zip(samples, [0, 3, 5, 1, 7, 2])])
     params = _params(tr)

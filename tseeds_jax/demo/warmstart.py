@@ -25,6 +25,7 @@ from flax import nnx
 
 from tseeds_jax.data.compact_arith import worked_solution
 from tseeds_jax.eval.problems import SplitSource, is_held_out  # noqa: F401  (re-exported)
+from tseeds_jax.rl.learn import layout as layout_lib
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,17 +45,11 @@ def encode_example(tok, prompt: str, solution: str) -> tuple[list[int], list[int
 
 def make_batch(pairs, prompt_width: int, response_width: int, pad_id: int):
     """(tokens_BT, attn_BT, loss_mask_BT) in the learner's layout; the loss covers the response."""
-    b = len(pairs)
-    t = prompt_width + response_width
-    tokens = np.full((b, t), pad_id, np.int32)
-    attn = np.zeros((b, t), np.int32)
-    loss = np.zeros((b, t), np.float32)
-    for i, (p, r) in enumerate(pairs):
-        r = r[:response_width]
-        tokens[i, prompt_width - len(p):prompt_width] = p
-        attn[i, prompt_width - len(p):prompt_width + len(r)] = 1
-        tokens[i, prompt_width:prompt_width + len(r)] = r
-        loss[i, prompt_width:prompt_width + len(r)] = 1
+    pairs = [(p, r[:response_width]) for p, r in pairs]
+    tokens, attn = layout_lib.padded_rows(pairs, prompt_width, response_width, pad_id)
+    loss = np.zeros(tokens.shape, np.float32)
+    cols = layout_lib.response_columns(prompt_width, response_width)
+    loss[:, cols] = attn[:, cols]
     return tokens, attn, loss
 
 

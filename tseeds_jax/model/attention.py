@@ -20,6 +20,11 @@ and the sampler's prefill run (the decode step keeps its cache path in `layers`)
 * "auto": splash on TPU, cudnn on GPU (16-bit inputs; float32 falls back as on CPU), on CPU xla up
   to `CHUNKED_MIN_T` tokens and chunked above.
 
+Packed rows (rl/learn/layout.py, `learner.layout = "packed"`) hold several sequences: pass
+`segment_ids_BT` (int32, 0 at padding, 1, 2, ... per sequence) instead of `valid_BT`; a query
+then sees the earlier keys of its own segment only. "xla", "chunked" and "splash" take segment
+ids; "cudnn" refuses them (its mask is a prefix length per row, which cannot express segments).
+
 Outputs at padded query positions are finite but unspecified (they differ between
 implementations); every caller ignores them, and no real query attends to a padded key, so
 the real positions and all gradients agree.
@@ -70,13 +75,15 @@ def resolve_impl(impl: str, t: int, *arrays) -> str:
     return "chunked" if t > CHUNKED_MIN_T else "xla"
 
 
-def causal_attention(q_BTHE, k_BTKE, v_BTKE, valid_BT=None, *, impl: str = "auto"):
+def causal_attention(q_BTHE, k_BTKE, v_BTKE, valid_BT=None, *, impl: str = "auto",
+                     segment_ids_BT=None):
     """Causal self-attention over T tokens with GQA.
 
     q_BTHE [B, T, H, E], k_BTKE / v_BTKE [B, T, K, E] (RoPE already applied), one compute dtype.
     valid_BT: bool [B, T], False at padded positions (None: all real); keys at padded positions
-    are invisible. Returns [B, T, H, E] in q's dtype; softmax statistics in float32, scale
-    1 / sqrt(E).
+    are invisible. segment_ids_BT: int [B, T] (packed rows; exclusive with valid_BT): a query
+    sees the keys of its own segment only, segment 0 being padding. Returns [B, T, H, E] in q's
+    dtype; softmax statistics in float32, scale 1 / sqrt(E).
     """
     if q_BTHE.ndim != 4 or k_BTKE.ndim != 4 or k_BTKE.shape != v_BTKE.shape:
         raise ValueError(f"causal_attention: q [B,T,H,E], k/v [B,T,K,E] expected, got "
@@ -87,6 +94,20 @@ def causal_attention(q_BTHE, k_BTKE, v_BTKE, valid_BT=None, *, impl: str = "auto
     if valid_BT is not None and tuple(valid_BT.shape) != (b, t):
         raise ValueError(f"causal_attention: valid_BT shape {tuple(valid_BT.shape)} != {(b, t)}")
     impl = resolve_impl(impl, t, q_BTHE)
+    if segment_ids_BT is not None:
+        if valid_BT is not None:
+            raise ValueError("causal_attention: pass valid_BT or segment_ids_BT, not both")
+        if tuple(segment_ids_BT.shape) != (b, t):
+            raise ValueError(f"causal_attention: segment_ids_BT shape "
+                             f"{tuple(segment_ids_BT.shape)} != {(b, t)}")
+        if impl == "cudnn":
+            raise ValueError("model.attention_impl='cudnn' cannot mask packed sequences (its "
+                             "padding mask is one prefix length per row): with "
+                             "learner.layout='packed' use attention_impl 'xla' or 'chunked' "
+                             "on GPU, or learner.layout='padded'")
+        seg_fn = {"xla": attention_xla, "chunked": attention_chunked,
+                  "splash": attention_splash}[impl]
+        return seg_fn(q_BTHE, k_BTKE, v_BTKE, None, segment_ids_BT=segment_ids_BT)
     fn = {"xla": attention_xla, "chunked": attention_chunked, "splash": attention_splash,
           "cudnn": attention_cudnn}[impl]
     return fn(q_BTHE, k_BTKE, v_BTKE, valid_BT)
@@ -105,23 +126,28 @@ def _scores_softmax_out(q_BCKGE, k_BTKE, v_BTKE, mask_BCT):
     return jnp.einsum("bkgcs,bske->bckge", probs, v_BTKE)
 
 
-def _mask(valid_BT, q_idx, t):
+def _mask(valid_BT, q_idx, t, segment_ids_BT=None):
     causal = q_idx[:, None] >= jnp.arange(t)[None, :]
+    if segment_ids_BT is not None:
+        # Same segment only; a pad query (segment 0) sees the pad keys before it, never none.
+        seg_q = jnp.take(segment_ids_BT, jnp.minimum(q_idx, t - 1), axis=1)
+        return causal[None] & (seg_q[:, :, None] == segment_ids_BT[:, None, :])
     if valid_BT is None:
         return causal[None]
     return causal[None] & valid_BT.astype(bool)[:, None, :]
 
 
-def attention_xla(q_BTHE, k_BTKE, v_BTKE, valid_BT=None):
+def attention_xla(q_BTHE, k_BTKE, v_BTKE, valid_BT=None, *, segment_ids_BT=None):
     """The reference: whole float32 [B, K, G, T, T] scores."""
     b, t, h, e = q_BTHE.shape
     kh = k_BTKE.shape[2]
     q = q_BTHE.reshape(b, t, kh, h // kh, e)
-    mask = jnp.broadcast_to(_mask(valid_BT, jnp.arange(t), t), (b, t, t))
+    mask = jnp.broadcast_to(_mask(valid_BT, jnp.arange(t), t, segment_ids_BT), (b, t, t))
     return _scores_softmax_out(q, k_BTKE, v_BTKE, mask).reshape(b, t, h, e)
 
 
-def attention_chunked(q_BTHE, k_BTKE, v_BTKE, valid_BT=None, chunk: int = CHUNK):
+def attention_chunked(q_BTHE, k_BTKE, v_BTKE, valid_BT=None, chunk: int = CHUNK, *,
+                      segment_ids_BT=None):
     """The reference one query chunk at a time; each chunk recomputed in the backward pass."""
     b, t, h, e = q_BTHE.shape
     kh = k_BTKE.shape[2]
@@ -133,7 +159,7 @@ def attention_chunked(q_BTHE, k_BTKE, v_BTKE, valid_BT=None, chunk: int = CHUNK)
     @jax.checkpoint
     def one(args):
         i, q_BCKGE = args
-        mask = _mask(valid_BT, i * c + jnp.arange(c), t)
+        mask = _mask(valid_BT, i * c + jnp.arange(c), t, segment_ids_BT)
         mask = jnp.broadcast_to(mask, (b, c, t))
         return _scores_softmax_out(q_BCKGE, k_BTKE, v_BTKE, mask)
 
@@ -233,9 +259,10 @@ def _mesh_split(mesh, b: int, kh: int):
 
 
 def attention_splash(q_BTHE, k_BTKE, v_BTKE, valid_BT=None, *, interpret: bool | None = None,
-                     block: int | None = None):
+                     block: int | None = None, segment_ids_BT=None):
     """Splash attention (TPU Pallas); interpret mode off TPU unless told otherwise. `block`:
-    the tile size (default `splash_block` of the target's generation)."""
+    the tile size (default `splash_block` of the target's generation). segment_ids_BT: packed
+    rows' segments (splash's own SegmentIds: the causal mask ANDed with equal ids)."""
     from tseeds_jax.model.activations import ambient_mesh
 
     b, t, h, e = q_BTHE.shape
@@ -246,8 +273,11 @@ def attention_splash(q_BTHE, k_BTKE, v_BTKE, valid_BT=None, *, interpret: bool |
         block = splash_block(tgt.generation, t)
     elif not isinstance(block, int) or block <= 0 or block % 8:
         raise ValueError(f"attention_splash: block must be a positive multiple of 8, got {block!r}")
-    seg_BT = (jnp.ones((b, t), jnp.int32) if valid_BT is None
-              else valid_BT.astype(jnp.int32))
+    if segment_ids_BT is not None:
+        seg_BT = jnp.asarray(segment_ids_BT).astype(jnp.int32)
+    else:
+        seg_BT = (jnp.ones((b, t), jnp.int32) if valid_BT is None
+                  else valid_BT.astype(jnp.int32))
     local = functools.partial(_splash_local, block=block, interpret=interpret)
     mesh = ambient_mesh()
     if mesh is None:

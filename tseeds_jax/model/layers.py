@@ -146,12 +146,13 @@ class Attention(nnx.Module):
         """`rope`: (cos, sin) from `rope_tables`. Returns (out_BTD, (k_BSKE, v_BSKE) or None).
 
         Without a cache the keys are this call's tokens (S == T) and `mask` is valid_BT (bool
-        [B, T], False at padding) or None: causal attention through `attention.causal_attention`
-        (`cfg.attention_impl`). With `cache_kv` the new keys and values are written into the cache
-        rows at offsets `write_B`; `mask` None then says the cache held nothing before this call
-        (a prompt prefill, S == T): attention is causal over the new tokens, by the same entry
-        point. Otherwise attention runs over the whole cache (S = cache length) and `mask` is
-        mask_BTS, which entries each query may see.
+        [B, T], False at padding), packed rows' segment ids (int [B, T]) or None: causal
+        attention through `attention.causal_attention` (`cfg.attention_impl`). With `cache_kv`
+        the new keys and values are written into the cache rows at offsets `write_B`; `mask`
+        None then says the cache held nothing before this call (a prompt prefill, S == T):
+        attention is causal over the new tokens, by the same entry point. Otherwise attention
+        runs over the whole cache (S = cache length) and `mask` is mask_BTS, which entries each
+        query may see.
         """
         cfg, dt = self.cfg, x_BTD.dtype
         q = constrain(adapted(self, "q", _project(x_BTD, self.q.value.astype(dt)), x_BTD),
@@ -175,6 +176,9 @@ class Attention(nnx.Module):
             return self._decode_one(q, k, v, mask, cache_kv, write_B)
         if cache_kv is not None:
             return self._prefill(q, k, v, mask, cache_kv, write_B)
+        if mask is not None and jnp.issubdtype(mask.dtype, jnp.integer):  # packed rows' segments
+            return self._out(causal_attention(q, k, v, None, impl=cfg.attention_impl,
+                                              segment_ids_BT=mask)), None
         return self._out(causal_attention(q, k, v, mask, impl=cfg.attention_impl)), None
 
     def _out(self, out_BTHE):

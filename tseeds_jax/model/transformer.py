@@ -183,7 +183,7 @@ class Transformer(nnx.Module):
         return self.lm_head.value
 
     def hidden(self, tokens_BT, positions_BT=None, attn_mask_BT=None, *, cache: KVCache | None = None,
-               lengths_B=None, empty_cache: bool = False):
+               lengths_B=None, empty_cache: bool = False, segment_ids_BT=None):
         """Final-normed hidden states [B, T, D] (compute dtype) and the updated cache (or None).
 
         positions_BT: RoPE positions; default 0..T-1 per row, or (without a cache) the running count
@@ -193,13 +193,21 @@ class Transformer(nnx.Module):
         empty_cache: the cache holds nothing yet and is exactly T long (a prompt prefill): the
           new tokens are written at 0 and attend causally among themselves through
           `attention.causal_attention` (splash on TPU) instead of over the cache.
+        segment_ids_BT: packed rows (rl/learn/layout.py; no cache, no attn_mask_BT): int [B, T],
+          0 at padding, one id per sequence; attention stays within a segment and the caller
+          gives `positions_BT` (restarting at each segment).
         """
+        if segment_ids_BT is not None and (cache is not None or attn_mask_BT is not None
+                                            or positions_BT is None):
+            raise ValueError("segment_ids_BT (packed rows) needs positions_BT and takes no "
+                             "attn_mask_BT or cache")
         # Activation layouts follow the mesh the inputs carry (see `activations`).
         with activations.scope(tokens_BT, self.embed.value):
             return self._hidden(tokens_BT, positions_BT, attn_mask_BT, cache, lengths_B,
-                                bool(empty_cache))
+                                bool(empty_cache), segment_ids_BT)
 
-    def _hidden(self, tokens_BT, positions_BT, attn_mask_BT, cache, lengths_B, empty_cache):
+    def _hidden(self, tokens_BT, positions_BT, attn_mask_BT, cache, lengths_B, empty_cache,
+                segment_ids_BT=None):
         cfg = self.cfg
         tokens_BT = jnp.asarray(tokens_BT)
         if tokens_BT.ndim != 2 or not jnp.issubdtype(tokens_BT.dtype, jnp.integer):
@@ -210,7 +218,10 @@ class Transformer(nnx.Module):
         if cache is None:
             # Causal attention over the call's tokens; `mask` is which of them are real.
             idx = jnp.arange(t)
-            if attn_mask_BT is None:
+            if segment_ids_BT is not None:  # the layers read integer masks as segment ids
+                mask = jnp.asarray(segment_ids_BT).astype(jnp.int32)
+                default_pos = None
+            elif attn_mask_BT is None:
                 mask = None
                 default_pos = jnp.broadcast_to(idx, (b, t))
             else:

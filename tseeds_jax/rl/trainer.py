@@ -27,6 +27,7 @@ import numpy as np
 
 from tseeds_jax.rl.config.schema import TrainConfig
 from tseeds_jax.rl.learn.hooks import LearnerHooks, old_logp_mode
+from tseeds_jax.rl.learn.layout import RowLayout
 from tseeds_jax.rl.learn.learner import Learner, TrainState
 from tseeds_jax.rl.learn.row_pass import RowStats
 from tseeds_jax.rl.learn.update import Update
@@ -84,7 +85,11 @@ class Trainer:
         self.learner = Learner(env.graphdef, env.params, cfg.loss, cfg.optim,
                                variant=cfg.seeds.variant, old_logp_mode=old_logp_mode(cfg),
                                mesh=mesh if several and self.hosts.single else None,
-                               frozen=env.frozen, temperature=cfg.rollout.temperature)
+                               frozen=env.frozen, layout=RowLayout(
+                                   cfg.learner.layout, cfg.data.max_prompt_len,
+                                   cfg.rollout.max_response_len, env.pad_id,
+                                   cfg.learner.packed_row_len),
+                               temperature=cfg.rollout.temperature)
         if env.frozen is not None:
             self._place_base(env)
         self.row_stats = RowStats(self.learner, hosts=self.hosts,

@@ -20,6 +20,7 @@ from tseeds_jax.rl.config.sections import (
     AdvantageConfig,
     DataConfig,
     HardwareConfig,
+    LearnerConfig,
     LoraTrainConfig,
     LossConfig,
     OffPolicyConfig,
@@ -32,6 +33,6 @@ from tseeds_jax.rl.config.sections import (
 )
 
 __all__ = ["AdvantageConfig", "ConfigValueError", "DataConfig", "HardwareConfig",
-           "LoraTrainConfig", "LossConfig",
+           "LearnerConfig", "LoraTrainConfig", "LossConfig",
            "OffPolicyConfig", "OptimConfig", "RestartConfig", "RolloutConfig", "SeedsConfig",
            "StaleConfig", "TrainConfig", "TrainModelConfig", "default_config", "tiny_config"]

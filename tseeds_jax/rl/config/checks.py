@@ -142,3 +142,32 @@ def lora(cfg) -> None:
         bad_field("optim.train_layers", cfg.optim.train_layers,
                   f"with lora.rank={lo.rank} only the adapters are trained; 'head' would "
                   "train base weights, which LoRA keeps frozen (use 'all')")
+
+
+LEARNER_LAYOUTS = ("padded", "packed")  # rl/learn/layout.py
+
+
+def learner(cfg) -> None:
+    """`config.learner`: the row layout, and what packing cannot combine with (the process count
+    is compat.py's table)."""
+    ln = cfg.learner
+    if ln.layout not in LEARNER_LAYOUTS:
+        bad_field("learner.layout", ln.layout, f"known: {LEARNER_LAYOUTS}")
+    v = ln.packed_row_len
+    if not isinstance(v, int) or isinstance(v, bool) or v < 0:
+        bad_field("learner.packed_row_len", v, "must be an integer >= 0 (0: prompt + response)")
+    width = cfg.data.max_prompt_len + cfg.rollout.max_response_len
+    if v and v < width:
+        bad_field("learner.packed_row_len", v, f"must be 0 or >= data.max_prompt_len + "
+                  f"rollout.max_response_len = {width} (a packed row holds any sequence)")
+    if ln.layout != "packed":
+        return
+    if cfg.optim.grad_reduce == "update":
+        bad_field("optim.grad_reduce", cfg.optim.grad_reduce,
+                  "learner.layout='packed' needs 'micro_batch': per-shard gradients split a "
+                  "micro-batch's rows, and packed rows hold sequences of the whole micro-batch")
+    if cfg.model.attention_impl == "cudnn":
+        bad_field("model.attention_impl", cfg.model.attention_impl,
+                  "learner.layout='packed' needs a segment mask, which cuDNN's prefix-length "
+                  "padding mask cannot express: use 'xla', 'chunked' or 'auto' off GPU, or "
+                  "learner.layout='padded'")

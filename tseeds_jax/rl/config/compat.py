@@ -62,6 +62,8 @@ _AFTER = (
     _feature("topk", "a top-K proposal loss (SIS)", "loss.name", on=_topk),
     _feature("tis", "truncated importance weights", "stale.correction",
              on=lambda cfg, hosts: cfg.stale.correction == "tis"),
+    _feature("packed", "packed learner rows", "learner.layout",
+             on=lambda cfg, hosts: cfg.learner.layout == "packed"),
     _feature("hosts", "several hosts", "(process count)", on=lambda cfg, hosts: hosts > 1,
              value=lambda cfg, hosts: hosts),
 )
@@ -97,6 +99,9 @@ _REFUSED = {
                                       "known; dynamic sampling would discard admitted groups",
     frozenset({"partial", "topk"}): "a carried response has no proposal top-K for the tokens "
                                     "of earlier versions",
+    frozenset({"packed", "hosts"}): "each host would pack its own rows, but the update and the "
+                                    "statistics passes read one global array of every host's "
+                                    "rows (not built for packed rows yet)",
 }
 
 

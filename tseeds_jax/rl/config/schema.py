@@ -21,6 +21,7 @@ from tseeds_jax.rl.config.sections import (
     AdvantageConfig,
     DataConfig,
     HardwareConfig,
+    LearnerConfig,
     LoraTrainConfig,
     LossConfig,
     OffPolicyConfig,
@@ -33,7 +34,7 @@ from tseeds_jax.rl.config.sections import (
 )
 
 __all__ = ["AdvantageConfig", "ConfigValueError", "DataConfig", "HardwareConfig",
-           "LoraTrainConfig", "LossConfig",
+           "LearnerConfig", "LoraTrainConfig", "LossConfig",
            "OffPolicyConfig", "OptimConfig", "RestartConfig", "RolloutConfig", "SeedsConfig",
            "StaleConfig", "TrainConfig", "TrainModelConfig", "default_config", "tiny_config"]
 
@@ -99,6 +100,7 @@ class TrainConfig:
     restart: RestartConfig = section(RestartConfig)  # peer restart methods (rl/methods/prefix.py)
     advantage: AdvantageConfig = section(AdvantageConfig)
     optim: OptimConfig = section(OptimConfig)
+    learner: LearnerConfig = section(LearnerConfig)  # the learner's row layout (packing)
     # devices per mesh axis; -1 fills with the devices left (model/sharding.py MeshSpec)
     mesh: dict[str, int] = mapping(dict(data=1, fsdp=-1, tensor=1))
     hardware: HardwareConfig = section(HardwareConfig)
@@ -271,6 +273,7 @@ class TrainConfig:
         checks.stale(self)  # stale.* values and what each of its features needs
         checks.restart(self)
         checks.lora(self)
+        checks.learner(self)
         compat.check(self)  # which features combine (one table)
 
     def _validate_hardware(self) -> None:

@@ -282,3 +282,17 @@ class HardwareConfig:
     sampler_placement: str = "replica"
     # "decode": devices per tensor-parallel replica (0: chosen by an HBM roofline, 1 on CPU).
     sampler_tensor: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
+class LearnerConfig:
+    """`config.learner`: how the update and the statistics passes lay sequences out in rows
+    (rl/learn/layout.py; docs/decisions.md for the default)."""
+
+    # "padded": one sequence per row at prompt width + response width; "packed": each
+    # micro-batch's (and each statistics chunk's) sequences packed into rows, attention masked
+    # to each sequence, positions restarting per sequence: the same numbers, fewer pad tokens.
+    layout: str = "padded"
+    # Packed rows' length in tokens (0: data.max_prompt_len + rollout.max_response_len, which
+    # holds any sequence); never below that sum.
+    packed_row_len: int = 0

@@ -3,11 +3,10 @@
 Letters: B sequences in a batch, P prompt width (left-padded), R response width (right-padded),
 T = P + R, K SIS top-K.
 
-Every sequence is `[pad.. prompt | response ..pad]`: prompts are left-padded to P and responses
-(seed + continuation) right-padded to R, so response token r of every row sits at column P + r
-and is predicted by the hidden state at column P + r - 1. Per-token arrays are response-aligned
-[B, R]. Sharding has one rule for every field: rows over the mesh's batch axes (data x fsdp),
-every other dimension replicated (`shardings`).
+Rows are laid out by rl/learn/layout.py (the padded layout on the host: `[pad.. prompt |
+response ..pad]`; the learner packs them itself when `learner.layout = "packed"`). Per-token
+arrays are response-aligned [B, R]. Sharding has one rule for every field: rows over the mesh's
+batch axes (data x fsdp), every other dimension replicated (`shardings`).
 """
 
 from __future__ import annotations
@@ -20,6 +19,7 @@ import numpy as np
 
 from tseeds_jax.model import sharding as sharding_lib
 from tseeds_jax.rl.learn import advantages as adv_lib
+from tseeds_jax.rl.learn import layout as layout_lib
 
 
 @flax.struct.dataclass
@@ -39,10 +39,20 @@ class LearnerBatch:
     topk_logp_BRK: Any = None  # float32 proposal log-probs at those ids (SIS only)
     topk_valid_BR: Any = None  # float32, 1 where topk_* hold the proposal (SIS only)
     tis_weight_BR: Any = None  # float32 truncated importance weights (stale.correction "tis")
+    # Packed rows only (learner.layout "packed", layout.pack_rows; the learner fills them): then
+    # tokens_BT holds the packed rows [X * Q, L] and attn_mask_BT their segment ids.
+    positions_BT: Any = None  # int32 [X * Q, L] positions, restarting at each segment
+    gather_BR: Any = None  # int32 [B, R] where in its micro-batch's states response token r is
+    targets_BR: Any = None  # int32 [B, R] the response tokens
 
     @property
     def response_width(self) -> int:
         return self.resp_mask_BR.shape[1]
+
+    @property
+    def rows(self) -> int:
+        """Sequences in the batch (packed rows hold several)."""
+        return self.advantages_B.shape[0]
 
 
 
@@ -61,7 +71,8 @@ def sample_advantages(samples, *, norm_by_std: bool, max_response_len: int,
 
 def build_batch(samples, advantages_N, *, prompt_width: int, response_width: int,
                 pad_id: int = 0, num_rows: int | None = None, top_k: int = 0) -> LearnerBatch:
-    """Numpy `LearnerBatch`: prompts left-padded to P, responses right-padded to R.
+    """Numpy `LearnerBatch`: rows in the padded layout (layout.padded_rows), per-token fields
+    response-aligned [N, R].
 
     `num_rows` > len(samples) appends fully-masked rows (kept out of every denominator), so that
     dynamic sampling with fewer kept groups still feeds the jitted step a fixed shape.
@@ -69,9 +80,11 @@ def build_batch(samples, advantages_N, *, prompt_width: int, response_width: int
     `top_k` > 0 adds the SIS arrays (`topk_*`), filled from the samples' top-K rows.
     """
     n = num_rows or len(samples)
-    p, r = prompt_width, response_width
-    tokens = np.full((n, p + r), pad_id, np.int32)
-    attn = np.zeros((n, p + r), np.int32)
+    r = response_width
+    tokens = np.full((n, prompt_width + r), pad_id, np.int32)
+    attn = np.zeros((n, prompt_width + r), np.int32)
+    tokens[: len(samples)], attn[: len(samples)] = layout_lib.padded_rows(
+        [(s.prompt_ids, s.response_ids) for s in samples], prompt_width, r, pad_id)
     resp = np.zeros((n, r), np.float32)
     seed = np.zeros((n, r), np.float32)
     blogp = np.zeros((n, r), np.float32)
@@ -82,15 +95,7 @@ def build_batch(samples, advantages_N, *, prompt_width: int, response_width: int
     topk_logp = np.zeros((n, r, top_k), np.float32)
     topk_valid = np.zeros((n, r), np.float32)
     for i, s in enumerate(samples):
-        if len(s.prompt_ids) > p:
-            raise ValueError(f"prompt of {len(s.prompt_ids)} tokens exceeds prompt_width={p}")
         resp_ids = s.response_ids
-        if len(resp_ids) > r:
-            raise ValueError(f"response of {len(resp_ids)} tokens exceeds response_width={r}")
-        tokens[i, p - len(s.prompt_ids) : p] = s.prompt_ids
-        attn[i, p - len(s.prompt_ids) : p] = 1
-        tokens[i, p : p + len(resp_ids)] = resp_ids
-        attn[i, p : p + len(resp_ids)] = 1
         resp[i, : len(resp_ids)] = 1
         h = len(s.seed_ids)
         seed[i, :h] = 1
@@ -132,7 +137,8 @@ def shard_batch(batch: LearnerBatch, mesh) -> LearnerBatch:
 def abstract_batch(rows: int, prompt_width: int, response_width: int, *, top_k: int = 0,
                    tis: bool = False) -> LearnerBatch:
     """The shapes and dtypes of a batch of `rows` sequences (`tseeds compile`, `tseeds plan`)."""
-    n, t, r = rows, prompt_width + response_width, response_width
+    n, r = rows, response_width
+    t = layout_lib.RowLayout(prompt_width=prompt_width, response_width=response_width).width
     i32, f32 = np.int32, np.float32
 
     def a(shape, dtype):

@@ -3,8 +3,9 @@
 Letters: B sequences in a batch, P prompt width (left-padded), R response width (right-padded),
 T = P + R, D model width, M mini-batches per batch, U micro-batches per mini-batch, K SIS top-K.
 
-Batch layout: rl/learn/batch.py. The LM head is fused into `tseeds_jax.kernels.logprob_entropy`,
-so no [tokens, vocab] logits exist anywhere in training.
+Batch: rl/learn/batch.py; rows: rl/learn/layout.py (padded, or packed: `update` packs each
+micro-batch's sequences, the statistics passes take packed rows through `packed_*_pass`). The LM
+head is fused into `tseeds_jax.kernels.logprob_entropy`: no [tokens, vocab] logits in training.
 
 Loss-family plumbing: the learner serves what the loss's registry entry declares
 (rl/losses/needs.py; rl/config/family.py for the config side), never a loss name:
@@ -12,9 +13,8 @@ Loss-family plumbing: the learner serves what the loss's registry entry declares
     optimizer step). With one micro-batch the loss computes it itself; with U > 1 micro-batches a
     no-grad pass over the mini-batch's micro-batches (at the parameters of that update) computes
     it once and feeds every micro-batch its rows (exact micro-batching).
-  * entropy pre-pass (STARE's gate): the token-mean entropy of the whole batch before the update.
-    With a single update and micro-batch, the loss's own forward *is* that pass; otherwise a
-    no-grad pass over the batch at the step's initial parameters computes it.
+  * entropy pre-pass (STARE's gate): the token-mean entropy of the batch before the update: the
+    loss's own forward with one update and micro-batch, else a no-grad pass at the initial params.
   * controller (adaptive STARE): its state comes in as an argument of the update.
   * top-K proposal (SIS): the proposal's top-K at each position comes from the batch (`topk_*`,
     where `topk_valid_BR`: seed tokens' pi_b top-K from the refresh, or pi_old's from the
@@ -27,6 +27,7 @@ Loss-family plumbing: the learner serves what the loss's registry entry declares
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import flax.struct
@@ -38,14 +39,15 @@ from flax import nnx
 
 import tseeds_jax.rl.config.family as family
 from tseeds_jax import kernels
+from tseeds_jax.kernels import sharded
 from tseeds_jax.kernels.topk import gather_logprobs, topk_logprobs
 from tseeds_jax.rl import losses
 from tseeds_jax.rl.config.sections import LossConfig, OptimConfig
 from tseeds_jax.rl.learn import adapters as adapters_lib
 from tseeds_jax.rl.learn import grad_accum
+from tseeds_jax.rl.learn import layout as layout_lib
+from tseeds_jax.rl.learn import metrics as metrics_lib
 from tseeds_jax.rl.learn.batch import LearnerBatch, shard_batch
-
-NUM_POS_BINS = 10  # positional profiles in 10% bins of relative position (paper Figures 3-4)
 
 
 @flax.struct.dataclass
@@ -86,75 +88,35 @@ def loss_hparams(lcfg: LossConfig):
     return spec, hparams
 
 
-def response_hidden(graphdef, params, tokens_BT, attn_mask_BT, response_width: int, frozen=()):
+def response_hidden(graphdef, params, tokens_BT, attn_mask_BT, response_width: int, frozen=(),
+                    packed: layout_lib.PackedRows | None = None):
     """(h_BRD hidden states predicting the response tokens, unembed_DV, targets_BR).
-    frozen: the states that complete `params` (a LoRA run: base, rest; else none)."""
+    frozen: the states that complete `params` (a LoRA run: base, rest; else none).
+    packed: packed rows (`tokens_BT` / `attn_mask_BT` are then its tokens and segments)."""
     model = nnx.merge(graphdef, params, *frozen)
-    h_BTD, _ = model.hidden(tokens_BT, attn_mask_BT=attn_mask_BT)
-    t = h_BTD.shape[1]
-    p = t - response_width
-    return h_BTD[:, p - 1 : t - 1], model.unembed_DV(), tokens_BT[:, p:]
+    extra = {} if packed is None else dict(positions_BT=packed.positions_BT,
+                                           gather_BR=packed.gather_BR,
+                                           targets_BR=packed.targets_BR)
+    h_BRD, targets_BR = layout_lib.response_hidden(model, tokens_BT, attn_mask_BT,
+                                                   response_width, **extra)
+    return h_BRD, model.unembed_DV(), targets_BR
 
 
 def token_stats(graphdef, params, tokens_BT, attn_mask_BT, response_width: int, impl: str = "auto",
-                *, with_hidden: bool = False, frozen=(), temperature: float = 1.0):
+                *, with_hidden: bool = False, frozen=(), packed=None, temperature: float = 1.0):
     """(logp_BR, entropy_BR) of the response tokens under `params` (float32, differentiable), of
     softmax(logits / temperature): the rollout's temperature, the distribution that sampled.
 
     with_hidden: also return (h_BRD, unembed_DV) for further LM-head statistics (SIS top-K).
-    frozen: as `response_hidden`'s (never differentiated: only `params` are).
+    frozen, packed: as `response_hidden`'s (frozen states are never differentiated).
     """
     h_BRD, w_DV, targets_BR = response_hidden(graphdef, params, tokens_BT, attn_mask_BT,
-                                              response_width, frozen)
+                                              response_width, frozen, packed)
     b, _, d = h_BRD.shape
     logp_N, ent_N = kernels.logprob_entropy(h_BRD.reshape(-1, d), w_DV, targets_BR.reshape(-1),
                                             temperature=temperature, impl=impl)
     out = (logp_N.reshape(b, response_width), ent_N.reshape(b, response_width))
     return out + (h_BRD, w_DV) if with_hidden else out
-
-
-def _position_bins(resp_mask_BR):
-    """Bin index [B, R] of each response token by relative position t / |o| in 10% steps."""
-    r = resp_mask_BR.shape[1]
-    length_B = jnp.maximum(jnp.sum(resp_mask_BR, axis=1), 1.0)
-    rel_BR = jnp.arange(r, dtype=jnp.float32)[None, :] / length_B[:, None]
-    return jnp.clip(jnp.floor(rel_BR * NUM_POS_BINS), 0, NUM_POS_BINS - 1).astype(jnp.int32)
-
-
-def _diagnostics(logp, old, ent, adv_BR, resp, seed, sampler_logp, clip, first):
-    """Per-token diagnostics as (sum, count) pairs: ratios, clipping, entropy by source and position."""
-    cont = resp * (1.0 - seed)
-    seed = resp * seed
-    log_ratio = jnp.clip(logp - old, -20.0, 20.0)
-    ratio = jnp.exp(log_ratio)
-    clip_low, clip_high = clip
-    clipped = (((adv_BR > 0) & (ratio > 1 + clip_high)) |
-               ((adv_BR < 0) & (ratio < 1 - clip_low))).astype(jnp.float32)
-    out = {}
-    for name, m in (("seed", seed), ("cont", cont)):
-        out[f"ratio_mean/{name}"] = (jnp.sum(ratio * m), jnp.sum(m))
-        out[f"clipfrac/{name}"] = (jnp.sum(clipped * m), jnp.sum(m))
-        out[f"entropy/{name}"] = (jnp.sum(ent * m), jnp.sum(m))
-        out[f"abs_log_ratio/{name}"] = (jnp.sum(jnp.abs(log_ratio) * m), jnp.sum(m))
-    out["entropy/all"] = (jnp.sum(ent * resp), jnp.sum(resp))
-    # Sampler-vs-learner gap: only meaningful before the first update changes the parameters.
-    gap_m = cont * first
-    out["sampler_learner_gap"] = (jnp.sum(jnp.abs(logp - sampler_logp) * gap_m), jnp.sum(gap_m))
-    bins = _position_bins(resp)
-    onehot_BRK = jax.nn.one_hot(bins, NUM_POS_BINS) * resp[..., None]
-    extremes = {
-        "ratio_max/seed": jnp.max(jnp.where(seed > 0, ratio, -jnp.inf)),
-        "ratio_min/seed": jnp.min(jnp.where(seed > 0, ratio, jnp.inf)),
-        "ratio_max/cont": jnp.max(jnp.where(cont > 0, ratio, -jnp.inf)),
-        "ratio_min/cont": jnp.min(jnp.where(cont > 0, ratio, jnp.inf)),
-    }
-    profiles = {
-        "pos_entropy": jnp.einsum("br,brk->k", ent, onehot_BRK),
-        "pos_clipfrac": jnp.einsum("br,brk->k", clipped, onehot_BRK),
-        "pos_seedfrac": jnp.einsum("br,brk->k", seed, onehot_BRK),
-        "pos_count": jnp.sum(onehot_BRK, axis=(0, 1)),
-    }
-    return out, extremes, profiles
 
 
 _JITTED: dict = {}
@@ -166,10 +128,11 @@ class Learner:
 
     def __init__(self, graphdef, params, lcfg: LossConfig, ocfg: OptimConfig, *, variant: str,
                  old_logp_mode: str, kernel_impl: str = "auto", mesh=None, frozen=None,
-                 temperature: float = 1.0):
+                 layout: layout_lib.RowLayout | None = None, temperature: float = 1.0):
         """mesh: the training mesh its batches are sharded over (learn/batch.py's one rule), or
         None (a batch already laid out, e.g. a global array of every host's rows). frozen: a
-        LoRA run's `adapters.Frozen` (`params` are then the adapters), or None."""
+        LoRA run's `adapters.Frozen` (`params` are then the adapters), or None. layout: the
+        rows of the update (`learner.layout`; default padded)."""
         self.temperature = float(temperature)  # the rollout's: every log-prob is at it
         self.graphdef = graphdef
         self.frozen = frozen
@@ -197,17 +160,22 @@ class Learner:
         # Learners of equal configuration share their jitted functions (and so their compiled
         # code): a demo or sweep building one trainer per run compiles the step once.
         key = (graphdef, repr(lcfg), repr(ocfg), self.variant, old_logp_mode, kernel_impl,
-               self.temperature,
-               None if frozen is None else (frozen.train_graphdef, frozen.plain_graphdef,
-                                            frozen.dropout_seed))
+               self.temperature, None if frozen is None else (
+                   frozen.train_graphdef, frozen.plain_graphdef, frozen.dropout_seed))
         if key not in _JITTED:
             _JITTED[key] = (jax.jit(self._stats_impl, static_argnums=(3,)),
                             jax.jit(self._topk_impl, static_argnums=(3, 4)),
                             jax.jit(self._update_impl, donate_argnums=(0,)),
-                            jax.jit(self._reference_impl, static_argnums=(3,)))
+                            jax.jit(self._reference_impl, static_argnums=(3,)),
+                            jax.jit(self._packed_stats_impl),
+                            jax.jit(self._packed_topk_impl, static_argnums=(2,)),
+                            jax.jit(self._packed_reference_impl))
         # The jitted programs (the statistics passes and `tseeds compile` lower them directly).
-        # A LoRA run passes its frozen states (base, rest) as their last argument.
-        self.stats_pass, self.topk_pass, self.update_pass, self.reference_pass = _JITTED[key]
+        # A LoRA run passes its frozen states (base, rest) as their last argument. The packed
+        # passes take `layout.PackedRows` in place of (tokens, mask, R).
+        (self.stats_pass, self.topk_pass, self.update_pass, self.reference_pass,
+         self.packed_stats_pass, self.packed_topk_pass, self.packed_reference_pass) = _JITTED[key]
+        self.layout = layout or layout_lib.RowLayout()
 
     @property
     def needs_old_logp(self) -> bool:
@@ -240,6 +208,28 @@ class Learner:
         logp, ent = token_stats(self.frozen.plain_graphdef, base, tokens_BT, attn_mask_BT,
                                 response_width, self.kernel_impl, temperature=self.temperature)
         return jax.lax.stop_gradient(logp), jax.lax.stop_gradient(ent)
+
+    def _packed_stats_impl(self, params, rows, frozen=()):
+        """`_stats_impl` of packed rows (layout.PackedRows): [N, R] as the padded pass gives."""
+        r = rows.gather_BR.shape[1]
+        logp, ent = token_stats(self.graphdef, params, rows.tokens_BT, rows.segments_BT, r,
+                                self.kernel_impl, frozen=frozen, packed=rows, temperature=self.temperature)
+        return jax.lax.stop_gradient(logp), jax.lax.stop_gradient(ent)
+
+    def _packed_reference_impl(self, base, rows):
+        r = rows.gather_BR.shape[1]
+        logp, ent = token_stats(self.frozen.plain_graphdef, base, rows.tokens_BT,
+                                rows.segments_BT, r, self.kernel_impl, packed=rows,
+                                temperature=self.temperature)
+        return jax.lax.stop_gradient(logp), jax.lax.stop_gradient(ent)
+
+    def _packed_topk_impl(self, params, rows, k, frozen=()):
+        r = rows.gather_BR.shape[1]
+        h, w, _ = response_hidden(self.graphdef, jax.lax.stop_gradient(params), rows.tokens_BT,
+                                  rows.segments_BT, r, frozen, rows)
+        b, _, d = h.shape
+        ids, lp, _ = topk_logprobs(h.reshape(-1, d), w, k, temperature=self.temperature)
+        return ids.reshape(b, r, k), lp.reshape(b, r, k)
 
     def stats(self, params, tokens_BT, attn_mask_BT, response_width: int):
         """(logp_BR, entropy_BR) as numpy, e.g. behavior log-probs at refresh time."""
@@ -293,7 +283,7 @@ class Learner:
             cur_k = gather_logprobs(sg(h_BRD).reshape(-1, d), sg(w_DV), ids_b, temperature=t)
             ids, old_k, known = ids_b, mb.topk_logp_BRK.reshape(-1, k), valid
             cur_k = jnp.where(valid, cur_k, old_k)  # unknown rows: finite placeholders
-        targets = mb.tokens_BT[:, -r:].reshape(-1, 1)
+        targets = layout_lib.response_targets(mb.tokens_BT, r, mb.targets_BR).reshape(-1, 1)
         in_topk = jnp.any(ids == targets, axis=-1) & known[:, 0]
         return dict(topk_old_logp_BTK=old_k.reshape(b, r, k),
                     topk_cur_logp_BTK=cur_k.reshape(b, r, k),
@@ -305,7 +295,8 @@ class Learner:
         graphdef = self.graphdef if self.frozen is None else self.frozen.train_graphdef
         logp, ent, h_BRD, w_DV = token_stats(graphdef, params, mb.tokens_BT, mb.attn_mask_BT,
                                              r, self.kernel_impl, with_hidden=True,
-                                             frozen=frozen, temperature=self.temperature)
+                                             frozen=frozen, packed=_packed_of(mb),
+                                             temperature=self.temperature)
         resp, seed = mb.resp_mask_BR, mb.seed_mask_BR * mb.resp_mask_BR
         old = self._old_logp(logp, mb)
         loss_mask = losses.seed_loss_mask(resp, seed, self.variant)
@@ -329,13 +320,16 @@ class Learner:
             behavior_logp_BT=mb.behavior_logp_BR, **opt)
         out = self.spec(inputs, self.hparams, denominators=dens)
         adv_BR = jnp.broadcast_to(mb.advantages_B[:, None], logp.shape)
-        diag = _diagnostics(jax.lax.stop_gradient(logp), old, jax.lax.stop_gradient(ent), adv_BR,
+        diag = metrics_lib.diagnostics(jax.lax.stop_gradient(logp), old, jax.lax.stop_gradient(ent), adv_BR,
                             resp, seed, mb.sampler_logp_BR, self.diag_clip, first)
         return out.loss, (out, diag)
 
     def _nograd_logp_ent(self, params, mbs_XB, frozen=()):
         """(logp, entropy) [X, b, R] of stacked micro-batches, no gradient (lax.map over X)."""
         def one(mb):
+            packed = _packed_of(mb)
+            if packed is not None:
+                return self._packed_stats_impl(params, packed, frozen)
             return self._stats_impl(params, mb.tokens_BT, mb.attn_mask_BT, mb.response_width,
                                     frozen)
 
@@ -359,11 +353,12 @@ class Learner:
         """All optimizer updates of one batch: epochs x mini-batches, micro-batches accumulated.
         frozen: a LoRA run's frozen states (a constant: never differentiated or updated)."""
         o = self.ocfg
-        n = batch.tokens_BT.shape[0]
+        n = batch.rows
         mini = n // o.mini_batches
         micro = o.micro_batch_size or mini
         n_micro = mini // micro
-        split = lambda x: x.reshape((o.mini_batches, n_micro, micro) + x.shape[1:])
+        # [M, U, rows of a micro-batch]: `micro` sequences, or (packed) the micro-batch's rows
+        split = lambda x: x.reshape((o.mini_batches, n_micro, -1) + x.shape[1:])
         batches = jax.tree_util.tree_map(split, batch)
 
         def grads_of(fz):
@@ -442,7 +437,7 @@ class Learner:
         (params, opt_state, _), (auxs, gnorms) = jax.lax.scan(
             one_epoch, (state.params, state.opt_state, jnp.zeros((), jnp.int32)), None,
             length=o.epochs)
-        metrics = _reduce_metrics(auxs, gnorms)
+        metrics = metrics_lib.reduce_metrics(auxs, gnorms)
         if needs.entropy_prepass:
             if entropy_mean is not None:
                 ent_mean = entropy_mean
@@ -457,6 +452,8 @@ class Learner:
     def update(self, state: TrainState, batch: LearnerBatch, *, rng=None, controller_state=None):
         """One batch of updates. rng: a PRNG key (top-K proposal uniforms; default key 0).
         controller_state: the loss's controller state (`initial_controller_state`), or None."""
+        if self.layout.packed:
+            batch = self.pack_batch(batch)
         batch = jax.tree_util.tree_map(jnp.asarray, batch)
         if self.mesh is not None:
             batch = shard_batch(batch, self.mesh)
@@ -468,32 +465,36 @@ class Learner:
         return self.update_pass(state, batch, rng, controller_state, *frozen)
 
 
+    def micro_batches(self, rows: int) -> int:
+        """Micro-batches of the update over a batch of `rows` sequences (M x U)."""
+        o = self.ocfg
+        mini = rows // o.mini_batches
+        return o.mini_batches * (mini // (o.micro_batch_size or mini))
+
+    def pack_batch(self, batch: LearnerBatch) -> LearnerBatch:
+        """`batch` (padded rows, host numpy) with each micro-batch's sequences packed
+        (layout.pack_rows); the response-aligned fields unchanged."""
+        if batch.gather_BR is not None:
+            return batch
+        shards = 1  # whole packed rows per device of the batch axes
+        if self.mesh is not None:
+            micro = self.ocfg.micro_batch_size or batch.rows // self.ocfg.mini_batches
+            shards = math.prod(self.mesh.shape[a] for a in sharded.batch_axes(self.mesh, micro))
+        packed = layout_lib.pack_rows(batch.tokens_BT, batch.attn_mask_BT, self.layout,
+                                      self.micro_batches(batch.rows), shards=shards)
+        return batch.replace(tokens_BT=packed.tokens_BT, attn_mask_BT=packed.segments_BT,
+                             positions_BT=packed.positions_BT, gather_BR=packed.gather_BR,
+                             targets_BR=packed.targets_BR)
+
+
+def _packed_of(mb: LearnerBatch):
+    """A (micro-)batch's packed rows, or None for padded rows."""
+    if mb.gather_BR is None:
+        return None
+    return layout_lib.PackedRows(tokens_BT=mb.tokens_BT, segments_BT=mb.attn_mask_BT,
+                                 positions_BT=mb.positions_BT, gather_BR=mb.gather_BR,
+                                 targets_BR=mb.targets_BR)
+
+
 def _token_mean(values, mask):
     return jnp.sum(values * mask) / jnp.maximum(jnp.sum(mask), 1.0)
-
-
-def _reduce_metrics(auxs, gnorms):
-    """Aggregates the per-micro-batch outputs of all updates exactly (sums / counts)."""
-    out, (diag, extremes, profiles) = auxs
-    metrics = {}
-    for key, s in out.metric_sums.items():
-        c = jnp.sum(out.metric_counts[key])
-        metrics[key] = jnp.where(c > 0, jnp.sum(s) / jnp.where(c > 0, c, 1.0), 0.0)
-    # Loss shares add up to one loss per update; report the mean over updates.
-    n_updates = gnorms.size
-    metrics["loss"] = jnp.sum(out.loss) / n_updates
-    for key, v in out.terms.items():
-        metrics[key] = jnp.sum(v) / n_updates
-    for key, (s, c) in diag.items():
-        c = jnp.sum(c)
-        metrics[key] = jnp.where(c > 0, jnp.sum(s) / jnp.where(c > 0, c, 1.0), jnp.nan)
-    for key, v in extremes.items():
-        red = jnp.max(v) if "max" in key else jnp.min(v)
-        metrics[key] = jnp.where(jnp.isfinite(red), red, jnp.nan)
-    metrics["grad_norm"] = jnp.mean(gnorms)
-    count = jnp.sum(profiles["pos_count"], axis=tuple(range(profiles["pos_count"].ndim - 1)))
-    for key in ("pos_entropy", "pos_clipfrac", "pos_seedfrac"):
-        s = jnp.sum(profiles[key], axis=tuple(range(profiles[key].ndim - 1)))
-        metrics[key] = jnp.where(count > 0, s / jnp.maximum(count, 1.0), jnp.nan)
-    metrics["pos_count"] = count
-    return metrics

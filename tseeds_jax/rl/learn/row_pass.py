@@ -10,6 +10,10 @@ than one micro-batch of the update. With parameters sharded over a mesh (sampler
 up to whole rows per device. If the mesh spans several processes, a chunk is one global array of
 every host's rows (`micro_batch_size` global rows, as in the update): all hosts run the same
 number of chunks (padded to the longest host), and each reads its own rows back.
+
+With `learner.layout = "packed"` (the learner's `layout`) each chunk's sequences are packed
+(rl/learn/layout.py, packed rows bucketed to a power of two per chunk) and the pass returns the
+same response-aligned [B, R] arrays; callers hand in padded rows either way.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import jax
 import numpy as np
 
 from tseeds_jax.model.sharding import batch_sharding
-from tseeds_jax.rl.rollout import samples as samples_lib
+from tseeds_jax.rl.learn import layout as layout_lib
 from tseeds_jax.rl.run import hosts as hosts_lib
 from tseeds_jax.sampling.placement import params_mesh, shards_of
 
@@ -62,9 +66,12 @@ class RowStats:
 
     def sequences(self, samples) -> tuple[np.ndarray, np.ndarray]:
         """(tokens_BT, attn_BT) of samples' prompt + response, in the learner's layout."""
-        return samples_lib.sequences_for_stats([(s.prompt_ids, s.response_ids) for s in samples],
-                                               self.prompt_width, self.response_width,
-                                               self.pad_id)
+        return self.rows([(s.prompt_ids, s.response_ids) for s in samples])
+
+    def rows(self, prompts_and_responses) -> tuple[np.ndarray, np.ndarray]:
+        """(tokens_BT, attn_BT) padded rows of (prompt, response) pairs (layout.padded_rows)."""
+        return layout_lib.padded_rows(prompts_and_responses, self.prompt_width,
+                                      self.response_width, self.pad_id)
 
     def _rows(self, params, tokens_BT, attn_BT, r, *, topk: bool, reference: bool = False):
         k = self.learner.proposal_top_k
@@ -82,6 +89,13 @@ class RowStats:
         shards = 1 if mesh is None else shards_of(mesh, "batch")
         local = stats_chunk_rows(n_max * parts, self.micro, shards) // parts
         tok, att = _pad_rows(tokens_BT, attn_BT, -(-n_max // local) * local, self.pad_id)
+        layout = getattr(self.learner, "layout", None)
+        if layout is not None and layout.packed:
+            if spread:
+                raise ValueError("learner.layout='packed' runs on one host (its statistics "
+                                 "passes pack each host's rows; not across processes yet)")
+            return self._packed(params, tok, att, n, local, layout, shards, topk=topk,
+                                reference=reference, frozen=frozen, mesh=mesh)
 
         def put(x):
             if spread:
@@ -100,6 +114,31 @@ class RowStats:
         read = (lambda x: hosts_lib.local_rows(x, mesh)) if spread else np.asarray
         outs = [tuple(read(x) for x in forward(tok[i : i + local], att[i : i + local]))
                 for i in range(0, len(tok), local)]
+        return tuple(np.concatenate(pieces)[:n] for pieces in zip(*outs))
+
+
+    def _packed(self, params, tok, att, n, local, layout, shards, *, topk, reference, frozen,
+                mesh):
+        """`_rows` with each chunk of `local` sequences packed (one host)."""
+        k = self.learner.proposal_top_k
+        pl = layout_lib.RowLayout("packed", self.prompt_width, tok.shape[1] - self.prompt_width,
+                                  self.pad_id, layout.row_len)
+
+        def put(x):
+            return x if mesh is None else jax.device_put(x, batch_sharding(mesh, x.shape))
+
+        outs = []
+        for i in range(0, len(tok), local):
+            rows = layout_lib.pack_rows(tok[i : i + local], att[i : i + local], pl, 1,
+                                        shards=shards)
+            rows = jax.tree_util.tree_map(put, rows)
+            if topk:
+                got = self.learner.packed_topk_pass(params, rows, int(k), *frozen)
+            elif reference:
+                got = self.learner.packed_reference_pass(params, rows)
+            else:
+                got = self.learner.packed_stats_pass(params, rows, *frozen)
+            outs.append(tuple(np.asarray(x) for x in got))
         return tuple(np.concatenate(pieces)[:n] for pieces in zip(*outs))
 
 

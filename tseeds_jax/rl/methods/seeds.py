@@ -74,9 +74,7 @@ class ThinkingSeeds(OnPolicy):
             (streams.stream_seed(c.seed, step, streams.BEHAVIOR), index))
         responses = [s.cont_ids for s in behavior]
         n_tokens = sum(len(x) for x in responses)
-        tokens, attn = samples_lib.sequences_for_stats(
-            [(s.prompt_ids, s.cont_ids) for s in behavior], ctx.stats.prompt_width, r,
-            ctx.stats.pad_id)
+        tokens, attn = ctx.stats.sequences(behavior)  # behavior samples: no seed
         # Behavior log-probs come from the learner's forward pass under pi_b, not the sampler.
         logp, ent = ctx.stats.logp_entropy(params, tokens, attn, r)
         # Behavior responses are complete: their rewards are known now (seed selection uses them).

@@ -267,13 +267,10 @@ class PartialRollouts:
         if not rows and not self.collective_stats:
             return
         if not rows:  # a pass over the hosts' rows together: this host takes part with none
-            w = self.stats.prompt_width + self.r
-            self.stats.logp_entropy(params, np.zeros((0, w), np.int32),
-                                    np.zeros((0, w), np.int32), self.r)
+            tokens, attn = self.stats.rows([])
+            self.stats.logp_entropy(params, tokens, attn, self.r)
             return
-        tokens, attn = rollout.sequences_for_stats([(g.prompt_ids, r.tokens) for g, r in rows],
-                                                   self.stats.prompt_width, self.r,
-                                                   self.stats.pad_id)
+        tokens, attn = self.stats.rows([(g.prompt_ids, r.tokens) for g, r in rows])
         # Rows padded to a power of two (repeats of row 0, dropped after): the statistics pass
         # compiles once per bucket, not once per number of responses in flight.
         pad = (1 << (len(rows) - 1).bit_length()) - len(rows)

@@ -1,5 +1,5 @@
 """The samples of a training step: generation from prompts (and seeds), scoring, and the packed
-form a checkpoint keeps (the learner's batch is built from them in rl/learn/batch.py).
+form a checkpoint keeps (the learner's rows are laid out from them by rl/learn/layout.py).
 
 Letters: N samples (B prompts x G), P prompt width, R response width.
 
@@ -114,19 +114,6 @@ def score_samples(samples: list[Sample], reward_fn, decode: Callable[[list[int]]
     results = reward_fn(texts, [s.reference for s in samples])
     for s, (score, reason) in zip(samples, results):
         s.reward, s.reward_reason = float(score), reason or ""
-
-
-def sequences_for_stats(prompts_and_responses, prompt_width, response_width, pad_id=0):
-    """(tokens_BT, attn_mask_BT) for learner statistics of (prompt, response) pairs."""
-    n = len(prompts_and_responses)
-    tokens = np.full((n, prompt_width + response_width), pad_id, np.int32)
-    attn = np.zeros_like(tokens)
-    for i, (prompt, response) in enumerate(prompts_and_responses):
-        tokens[i, prompt_width - len(prompt) : prompt_width] = prompt
-        attn[i, prompt_width - len(prompt) : prompt_width] = 1
-        tokens[i, prompt_width : prompt_width + len(response)] = response
-        attn[i, prompt_width : prompt_width + len(response)] = 1
-    return tokens, attn
 
 
 # ---- checkpointing of queued samples (M2PO's lag): flat arrays + a JSON part ----
