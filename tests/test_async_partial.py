@@ -12,6 +12,7 @@ from tseeds_jax.rl.config import TrainConfig, tiny_config
 from tseeds_jax.rl.config.fields import ConfigValueError
 from tseeds_jax.rl.config.methods import apply_restart
 from tseeds_jax.rl.learn import batch as batch_lib
+from tseeds_jax.rl.learn import layout
 from tseeds_jax.rl.learn.correction import correction_mask, log_weights
 from tseeds_jax.rl.losses.mixed_source import mix_old_logp
 from tseeds_jax.rl.rollout import samples as rollout
@@ -82,7 +83,9 @@ def learner_stats(params, tokens_BT, attn_BT, r):
     return (-0.1 * (pos + 1) - 0.01 * params).astype(np.float32), np.zeros((n, r), np.float32)
 
 
-STATS = types.SimpleNamespace(prompt_width=P, pad_id=0, logp_entropy=learner_stats)
+STATS = types.SimpleNamespace(
+    prompt_width=P, pad_id=0, logp_entropy=learner_stats,
+    rows=lambda pairs: layout.padded_rows(pairs, P, R, 0))  # RowStats.rows: the learner's layout
 
 
 def _assert_same_batches(want, got):

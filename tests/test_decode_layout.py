@@ -112,8 +112,9 @@ def test_vocab_parallel_draws_equal_the_strategy(strategy):
     logits[1, 130] = 0.0  # all mass on one entry of a later shard
     keys = np.asarray(jax.vmap(jax.random.PRNGKey)(jnp.arange(b)))
     want = np.asarray(strategy.sample(jnp.asarray(logits), keys))
-    # float64 reference of the temperature-1 log-prob
-    x = logits.astype(np.float64)
+    # float64 reference of the log-prob the sampler reports: the strategy's tempered
+    # full-vocabulary distribution (temperature 1 for Greedy; sampling/strategies.py)
+    x = logits.astype(np.float64) / getattr(strategy, "temperature", 1.0)
     lse = x.max(-1) + np.log(np.exp(x - x.max(-1, keepdims=True)).sum(-1))
     for tensor in (2, 4, 8):
         tok, lp = _vp(strategy, logits, keys, tensor)

@@ -14,7 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from absl.testing import parameterized
-from test_losses_ref import (
+
+from tests.test_losses_ref import (
     fd_grad,
     make_batch,
     ref_ctpo,
@@ -27,7 +28,6 @@ from test_losses_ref import (
     ref_stare,
     ref_stare_weights,
 )
-
 from tseeds_jax.rl import losses
 
 TIGHT = dict(rtol=1e-10, atol=1e-12)

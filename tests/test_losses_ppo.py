@@ -12,7 +12,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 from absl.testing import parameterized
-from test_losses_ref import (
+
+from tests.test_losses_ref import (
     MODES,
     fd_grad,
     make_batch,
@@ -23,7 +24,6 @@ from test_losses_ref import (
     ref_policy_loss,
     ref_vanilla_tokens,
 )
-
 from tseeds_jax.rl import losses
 from tseeds_jax.rl.losses import registry as registry_mod
 

@@ -7,8 +7,7 @@ copies go through the same `etils.epath` calls a gs:// path takes, minus the GCS
 import json
 import os
 
-from test_readme_claims import read_scalars
-
+from tests.test_readme_claims import read_scalars
 from tseeds_jax.rl.run import run_files
 from tseeds_jax.rl.run.metrics import MetricsWriter, read_metrics
 

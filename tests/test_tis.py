@@ -7,8 +7,8 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
-from test_losses_ref import MODES, make_batch, ref_agg, ref_agg_weights, ref_vanilla_tokens
 
+from tests.test_losses_ref import MODES, make_batch, ref_agg, ref_agg_weights, ref_vanilla_tokens
 from tests.trainer_utils import tiny_cd, tiny_trainer
 from tseeds_jax.rl import losses
 from tseeds_jax.rl.config import ConfigValueError, TrainConfig

