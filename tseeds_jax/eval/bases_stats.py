@@ -166,8 +166,12 @@ def detectable_difference(sd: float, n: int, alpha: float = 0.05, power: float =
         return stats.nct.sf(crit, df, nc) + stats.nct.cdf(-crit, df, nc) - power
 
     hi = sd
-    while short(hi) < 0:
+    while short(hi) < 0 and hi < 1e6 * sd:
         hi *= 2
+    if not math.isfinite(short(hi)) or short(hi) < 0:
+        # scipy's noncentral t is nan far in its tail at 1 degree of freedom (2 bases): no
+        # difference is reported rather than a wrong one
+        return float("nan")
     return float(optimize.brentq(short, 0.0, hi, xtol=1e-10 * sd))
 
 

@@ -164,7 +164,8 @@ def _detectable(r: dict | None) -> str:
     two-sided, before Holm), from the observed SD of the per-base differences."""
     if r is None or r["n"] < 2 or not math.isfinite(r["sd"]) or r["sd"] == 0:
         return "—"
-    return f"{bases_stats.detectable_difference(r['sd'], r['n']):.1f}"
+    d = bases_stats.detectable_difference(r["sd"], r["n"])
+    return f"{d:.1f}" if math.isfinite(d) else "—"
 
 
 def _seeded_cell(m: str, seeded: dict, fam: dict) -> str:
