@@ -16,17 +16,17 @@ from __future__ import annotations
 import numpy as np
 
 from tseeds_jax.data.templates import encode_prompt, stop_token_ids
-from tseeds_jax.sampling.jetstream_compat import token_utils, tokenizer_api
+from tseeds_jax.sampling.engine import BOS_SENTINEL, TokenIdTokenizer
+from tseeds_jax.sampling.jetstream_compat import token_utils
 
-BOS_SENTINEL = -1  # engine.py strips one leading sentinel: JetStream's BOS is ours to add
 
-
-class TextTokenizer(tokenizer_api.Tokenizer):
-    """JetStream's tokenizer interface over one of ours (`data.tokenizer.Tokenizer`)."""
+class TextTokenizer(TokenIdTokenizer):
+    """JetStream's tokenizer interface over one of ours (`data.tokenizer.Tokenizer`): the
+    id-only tokenizer's BOS sentinel and stop tokens, with text encoded and decoded."""
 
     def __init__(self, tok, template: str = "raw", stop_tokens=()):
+        super().__init__({int(t) for t in stop_tokens} or set(stop_token_ids(tok, template)))
         self.tok, self.template = tok, template
-        self._stop = {int(t) for t in stop_tokens} or set(stop_token_ids(tok, template))
         anchor = tok.encode("a")
         self._anchor = anchor if len(anchor) == 1 else None
 
@@ -56,11 +56,3 @@ class TextTokenizer(tokenizer_api.Tokenizer):
     @property
     def eos_id(self) -> int:
         return int(self.tok.eos_id)
-
-    @property
-    def bos_id(self) -> int:
-        return BOS_SENTINEL
-
-    @property
-    def stop_tokens(self) -> set[int]:
-        return set(self._stop)
